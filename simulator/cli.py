@@ -1,0 +1,112 @@
+"""The `axsim` command line: the composition root.
+
+Each sub-command lives in `simulator/commands/<name>.py` and exposes `register(app)`,
+which adds a click command to the group.
+Commands of the `validation` package (calibrate, compare, trace-torch, figures, validate)
+are plugged in through the `axsim.commands` entry-point group, so `simulator` never
+imports `validation` (imports flow one way; see docs/DESIGN.md).
+
+Errors: any user mistake (bad flag, config, trace) prints one line `axsim: error: ...` on
+stderr and exits with code 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+from importlib.metadata import entry_points
+
+import click
+
+from simulator.errors import SimulatorError
+from topologies.errors import TopologyError
+from workloads.errors import WorkloadError
+
+USER_ERRORS: tuple[type[BaseException], ...] = (SimulatorError, TopologyError, WorkloadError)
+
+COMMAND_MODULES = (
+    "simulator.commands.schema",
+    "simulator.commands.topology",
+    "simulator.commands.collective",
+    "simulator.commands.simulate",
+)
+
+
+
+@click.group(name="axsim", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="axsim", prog_name="axsim")
+def app() -> None:
+    """Discrete-event simulator of distributed LLM training on GPU supercomputers."""
+
+
+def _register_all() -> None:
+    for mod_name in COMMAND_MODULES:
+        try:
+            mod = import_module(mod_name)
+        except ModuleNotFoundError as e:
+            if e.name == mod_name:
+                continue  # command not built yet
+            raise
+        mod.register(app)
+    for ep in entry_points(group="axsim.commands"):
+        try:
+            ep.load()(app)
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith("validation"):
+                continue
+            raise
+
+
+_register_all()
+
+
+def fail(message: str) -> None:
+    """Print one error line and exit with code 2."""
+    print(f"axsim: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point."""
+    try:
+        result = app.main(args=argv, prog_name="axsim", standalone_mode=False)
+    except click.exceptions.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:
+            click.echo(e.ctx.get_help())
+            return 0
+        print(f"axsim: error: {e.format_message()}", file=sys.stderr)
+        return 2
+    except click.exceptions.Abort:
+        print("axsim: aborted", file=sys.stderr)
+        return 130
+    except click.exceptions.Exit as e:
+        return int(e.exit_code or 0)
+    except click.ClickException as e:
+        msg = e.format_message().replace("\n", " ")
+        print(f"axsim: error: {msg}", file=sys.stderr)
+        return 2
+    except USER_ERRORS as e:
+        print(f"axsim: error: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        if getattr(e, "name", None) in _optional_modules():
+            print(f"axsim: error: {e.name} is not installed ({_optional_modules()[e.name]})", file=sys.stderr)
+            return 2
+        raise
+    except BrokenPipeError:
+        return 0
+    return int(result or 0)
+
+
+def _optional_modules() -> dict[str, str]:
+    return {
+        "torch": "pip install 'axsim[torch]'",
+        "dask": "pip install 'axsim[dask]'",
+        "distributed": "pip install 'axsim[dask]'",
+        "matplotlib": "pip install 'axsim[figures]'",
+        "hta": "pip install 'axsim[hta]'",
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Parameters of AxoNN's 4D strategy (validated pydantic model, part of the config)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+OverlapFlag = Literal["oar", "ors", "oag"]
+
+
+class Grid(BaseModel):
+    """The 4D grid: X = G_intra_c (column, innermost), Y = G_intra_r (row), Z = G_intra_d
+    (depth), data = G_data. Ranks are ordered X fastest, then Y, Z, pipeline, data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    x: int = Field(default=1, ge=1)
+    y: int = Field(default=1, ge=1)
+    z: int = Field(default=1, ge=1)
+    data: int = Field(default=1, ge=1)
+
+    @property
+    def tensor(self) -> int:
+        return self.x * self.y * self.z
+
+    @property
+    def size(self) -> int:
+        return self.tensor * self.data
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return (self.x, self.y, self.z, self.data)
+
+    @classmethod
+    def parse(cls, text: str) -> Grid:
+        """Parse 'X,Y,Z,DATA' (e.g. '4,2,8,16')."""
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 4 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"grid '{text}' must be four positive integers X,Y,Z,DATA")
+        x, y, z, d = (int(p) for p in parts)
+        return cls(x=x, y=y, z=z, data=d)
+
+    def __str__(self) -> str:
+        return f"{self.x}x{self.y}x{self.z}x{self.data}"
+
+
+class AxonnParallel(BaseModel):
+    """AxoNN's hybrid 4D algorithm: a Gx x Gy x Gz tensor grid times G_data replicas.
+
+    overlap: which of AxoNN's overlap optimisations are on: 'oar' (backward all-reduce of
+    dI hidden behind the dW GEMM), 'ors' (Z reduce-scatter of dW waited once after the
+    backward), 'oag' (prefetch of the next layer's Z all-gather).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    strategy: Literal["axonn"] = "axonn"
+    grid: Grid | None = None
+    pipeline: int = Field(default=1, ge=1)
+    overlap: tuple[OverlapFlag, ...] = ("oar", "ors", "oag")
+    cache_weights: bool = False
+    expert_mode: bool = True
+    transpose_alternate: bool = True
+
+    @model_validator(mode="after")
+    def _unique_flags(self) -> AxonnParallel:
+        if len(set(self.overlap)) != len(self.overlap):
+            raise ValueError("parallel.overlap lists a flag twice")
+        return self

@@ -1,0 +1,144 @@
+"""Transformer model specs (GPT-style and Llama-style), their GEMM shapes and FLOPs.
+
+The FLOPs formula is Narayanan et al. (2021), the one the AxoNN paper reports against:
+96·T·l·h²·(1 + s/(6h) + V/(16·l·h)) for a GPT with activation recomputation, T tokens per
+batch. `model_flops_per_iteration` generalises it (gated MLPs, grouped-query attention,
+no recompute) and reduces to it exactly for the GPT presets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from workloads.errors import WorkloadError
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class TransformerSpec:
+    """Shape of a decoder-only transformer."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int = 2048
+    vocab: int = 51200
+    ffn_hidden: int | None = None  # default 4·hidden
+    gated_mlp: bool = False  # SwiGLU: up projection to 2·ffn_hidden
+    kv_heads: int | None = None  # grouped-query attention; default = heads
+    dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for f in ("layers", "hidden", "heads", "seq_len", "vocab"):
+            if getattr(self, f) <= 0:
+                raise WorkloadError(f"model.{f} must be positive, got {getattr(self, f)}")
+        if self.hidden % self.heads:
+            raise WorkloadError(f"model.hidden ({self.hidden}) must be divisible by model.heads ({self.heads})")
+        if self.kv_heads is not None and (self.kv_heads <= 0 or self.heads % self.kv_heads):
+            raise WorkloadError(f"model.kv_heads ({self.kv_heads}) must divide model.heads ({self.heads})")
+        if self.dtype not in DTYPE_BYTES:
+            raise WorkloadError(f"model.dtype '{self.dtype}' unknown (use one of {', '.join(DTYPE_BYTES)})")
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden if self.ffn_hidden is not None else 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return (self.kv_heads or self.heads) * self.head_dim
+
+    @property
+    def qkv_out(self) -> int:
+        """Output width of the fused QKV projection."""
+        return self.hidden + 2 * self.kv_dim
+
+    @property
+    def mlp_up_out(self) -> int:
+        return 2 * self.ffn if self.gated_mlp else self.ffn
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def linear_shapes(self) -> list[tuple[str, int, int]]:
+        """The linear layers of one block as (name, in_features k, out_features n), in
+        module order. AxoNN transposes every other one (attn_out and mlp_down)."""
+        return [
+            ("qkv", self.hidden, self.qkv_out),
+            ("attn_out", self.hidden, self.hidden),
+            ("mlp_up", self.hidden, self.mlp_up_out),
+            ("mlp_down", self.ffn, self.hidden),
+        ]
+
+    @property
+    def params_per_layer(self) -> int:
+        linear = sum(k * n for _, k, n in self.linear_shapes())
+        biases = self.qkv_out + self.hidden + self.mlp_up_out + self.hidden
+        layernorms = 4 * self.hidden
+        return linear + biases + layernorms
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden + self.seq_len * self.hidden
+
+    @property
+    def num_params(self) -> int:
+        return self.layers * self.params_per_layer + self.embedding_params + 2 * self.hidden
+
+
+def layer_forward_flops(spec: TransformerSpec, tokens: float) -> float:
+    """Forward FLOPs of one transformer block for `tokens` tokens (matmuls + attention)."""
+    linear = 2.0 * tokens * sum(k * n for _, k, n in spec.linear_shapes())
+    attention = 4.0 * tokens * spec.seq_len * spec.hidden  # QK^T and PV, full (not causal-halved)
+    return linear + attention
+
+
+def model_flops_per_iteration(spec: TransformerSpec, tokens: float, recompute: bool = True) -> float:
+    """FLOPs of one iteration over `tokens` tokens (Narayanan et al. 2021).
+
+    With recompute: 4 passes of every block (fwd, recompute, 2 for backward); without: 3.
+    The logits layer is counted 3 times (no recompute). For the GPT presets this equals
+    96·T·l·h²·(1 + s/(6h) + V/(16·l·h)).
+    """
+    passes = 4.0 if recompute else 3.0
+    blocks = passes * spec.layers * layer_forward_flops(spec, tokens)
+    logits = 6.0 * tokens * spec.hidden * spec.vocab
+    return blocks + logits
+
+
+def published_gpt_flops(layers: int, hidden: int, seq_len: int, vocab: int, tokens: float) -> float:
+    """The paper's closed form, for tests: 96·T·l·h²·(1 + s/(6h) + V/(16·l·h))."""
+    h = float(hidden)
+    return 96.0 * tokens * layers * h * h * (1.0 + seq_len / (6.0 * h) + vocab / (16.0 * layers * h))
+
+
+@cache
+def model_presets() -> dict[str, TransformerSpec]:
+    text = resources.files("workloads").joinpath("data/models.yaml").read_text()
+    raw = yaml.safe_load(text)
+    return {name: TransformerSpec(name=name, **fields) for name, fields in raw.items()}
+
+
+def model_preset(name: str) -> TransformerSpec:
+    """A preset by name (case-insensitive, e.g. 'GPT-80B')."""
+    presets = model_presets()
+    key = name.strip().lower()
+    if key not in presets:
+        raise WorkloadError(f"unknown model '{name}' (known: {', '.join(presets)})")
+    return presets[key]
+
+
+def with_overrides(spec: TransformerSpec, **fields: object) -> TransformerSpec:
+    """A copy of a spec with some fields replaced (validated)."""
+    clean = {k: v for k, v in fields.items() if v is not None}
+    return replace(spec, **clean)  # type: ignore[arg-type]

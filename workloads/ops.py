@@ -1,0 +1,140 @@
+"""The op vocabulary of a per-rank training program.
+
+Ops are immutable. Compute ops carry FLOPs and bytes, never a time: the simulator's cost
+model turns them into durations. Communication ops carry the *logical* process group
+(a group kind such as "x" or "data"; the rank's instance of it is resolved through
+`ProcessGroups`), so one program object can be shared by every rank that runs it.
+
+The vocabulary follows MLCommons Chakra (compute, collective, send, recv, control deps) so
+exporting Chakra ET is an adapter, not a redesign.
+
+Conventions
+- `deps` are indices of earlier ops of the same program (data/control dependencies).
+  Stream order is implicit: an op also waits for the previous op on its stream.
+- Collective `bytes` is the full buffer S, as nccl-tests count it: the input of
+  all-reduce, reduce-scatter and all-to-all, the output (= shard x group) of all-gather,
+  the buffer of broadcast and reduce.
+- A collective's `tag` identifies it among the collectives of its group; all participants
+  of one collective use the same tag. Ops on the same group are matched by tag and must
+  appear in the same order on every member.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+COMPUTE_STREAM = "compute"
+
+
+class ComputeKind(StrEnum):
+    """What a compute kernel is; the kernel model prices each kind differently."""
+
+    GEMM = "gemm"
+    ATTENTION = "attention"
+    ELEMENTWISE = "elementwise"
+    OPTIMIZER = "optimizer"
+    MEMCPY = "memcpy"
+    QUANTIZE = "quantize"
+
+
+class CollectiveKind(StrEnum):
+    """Collective operations (nccl-tests naming with dashes)."""
+
+    ALL_REDUCE = "all-reduce"
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_TO_ALL = "all-to-all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    SEND_RECV = "send-recv"  # a point-to-point transfer (internal: one send + one recv)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeOp:
+    """A kernel on the GPU. `shape` is (m, n, k[, batch]) for GEMMs, else ()."""
+
+    name: str
+    kind: ComputeKind
+    flops: float
+    bytes: float
+    stream: str = COMPUTE_STREAM
+    deps: tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()
+    dtype_bytes: int = 2
+    phase: str = ""  # "fwd", "bwd", "recompute", "opt", ... for reports
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveOp:
+    """A collective over the rank's instance of process group kind `group`."""
+
+    name: str
+    kind: CollectiveKind
+    group: str
+    bytes: float
+    tag: str
+    stream: str
+    deps: tuple[int, ...] = ()
+    root: int = 0  # member position of the root (broadcast, reduce)
+    algorithm: str | None = None  # force an algorithm; None = the config's selection
+    phase: str = ""
+    dtype_bytes: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SendOp:
+    """Send `bytes` to the member at position `peer` of the rank's `group` instance."""
+
+    name: str
+    group: str
+    peer: int
+    bytes: float
+    tag: str
+    stream: str
+    deps: tuple[int, ...] = ()
+    phase: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecvOp:
+    """Receive `bytes` from the member at position `peer` of the rank's `group` instance."""
+
+    name: str
+    group: str
+    peer: int
+    bytes: float
+    tag: str
+    stream: str
+    deps: tuple[int, ...] = ()
+    phase: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitOp:
+    """`handle.wait()`: the op's stream cannot proceed until op `target` has finished.
+
+    It takes no time itself; it is how a compute stream waits for an asynchronous
+    collective issued earlier on a communicator's stream.
+    """
+
+    name: str
+    target: int
+    stream: str = COMPUTE_STREAM
+    deps: tuple[int, ...] = ()
+    phase: str = ""
+
+
+Op = ComputeOp | CollectiveOp | SendOp | RecvOp | WaitOp
+CommOp = CollectiveOp | SendOp | RecvOp
+
+
+def op_dependencies(op: Op) -> tuple[int, ...]:
+    """All explicit dependencies of an op, including a wait's target."""
+    if isinstance(op, WaitOp):
+        return (*op.deps, op.target)
+    return op.deps
+
+
+def is_comm(op: Op) -> bool:
+    return isinstance(op, CollectiveOp | SendOp | RecvOp)
