@@ -1,0 +1,57 @@
+"""The CostModel: the one place where kernel timing, collective algorithms, the network
+model and calibration meet (see docs/DESIGN.md, "Data flow").
+
+The engine asks it two things: how long a compute op takes on a GPU, and how a collective
+on a set of group instances is scheduled and priced on the topology.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from simulator.network.params import NetworkParams
+from simulator.network.pricing import CollectivePricer
+from workloads.ops import ComputeKind, ComputeOp
+
+NETWORK_MODELS = ("alpha-beta", "contention")
+
+
+class KernelTimer(Protocol):
+    """Anything that prices a compute op (the kernel model, or a test double)."""
+
+    def duration_s(self, op: ComputeOp) -> float: ...
+
+
+@dataclass(frozen=True)
+class RooflineKernels:
+    """A plain roofline: max(FLOPs / rate, bytes / bandwidth) + launch overhead.
+
+    The simple timer for tests and idealised what-ifs; the calibrated kernel model lives
+    in simulator/cost/kernels.py.
+    """
+
+    flops_per_s: float
+    bytes_per_s: float = float("inf")
+    launch_overhead_s: float = 0.0
+
+    def duration_s(self, op: ComputeOp) -> float:
+        t_flops = op.flops / self.flops_per_s if op.flops else 0.0
+        t_bytes = op.bytes / self.bytes_per_s if op.bytes and self.bytes_per_s != float("inf") else 0.0
+        if op.kind is ComputeKind.MEMCPY and not op.flops:
+            t_flops = 0.0
+        return max(t_flops, t_bytes) + self.launch_overhead_s
+
+
+@dataclass
+class CostModel:
+    """Kernel timer + collective pricer + network fidelity + overlap slowdown."""
+
+    kernels: KernelTimer
+    pricer: CollectivePricer
+    network: str = "contention"
+    overlap_slowdown: float = 1.0
+
+    @property
+    def params(self) -> NetworkParams:
+        return self.pricer.params

@@ -1,0 +1,444 @@
+"""The discrete-event engine: per-rank programs replayed on streams, with overlap.
+
+Semantics (docs/DESIGN.md): each simulated rank issues its program in order onto streams
+(one compute stream, one per communicator). An op starts when its dependencies are done
+and its stream is free. A collective starts when every participant has reached it; the
+network model then prices it on the topology.
+
+Implementation: every stream of every simulated rank is advanced eagerly ("look-ahead")
+through ops whose predecessors' end times are known; compute ops have known durations, so
+only collectives in flight stop a stream. Collective activations and completions are simpy
+events, so the network sees them in time order; any op processed at simulated time t
+starts at or after t. Times are integer picoseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from simulator.costmodel import CostModel
+from simulator.engine.compiled import (
+    COLL,
+    COMPUTE,
+    PS_PER_S,
+    RECV,
+    SEND,
+    WAIT,
+    CompiledProgram,
+    compile_program,
+)
+from simulator.engine.modes import RankView, choose_view
+from simulator.engine.network import Activation, NetworkStats, build_network
+from simulator.engine.steady import SkipRun, barrier_ops, plan_skips
+from simulator.engine.timeline_build import rank_timeline
+from simulator.errors import EngineError
+from simulator.timeline import Timeline
+from topologies.types import Topology
+from workloads.graph import OpGraph
+
+ProgressFn = Callable[[int, int, float], None]
+"""progress(ops_done, ops_total, simulated_time_s)."""
+
+
+@dataclass(eq=False)
+class _Rank:
+    rank: int
+    gpu: int
+    prog: CompiledProgram
+    start: array
+    end: array
+    pos: list[int]
+    free: list[int]
+    inflight: list[int]
+    waiters: dict[int, list[int]] = field(default_factory=dict)
+    sync: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Pending:
+    count: int = 0
+    ready: int = 0
+    parts: list[tuple[_Rank, int, int]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class EngineResult:
+    """What a run produced: the timeline plus counters for reports and benchmarks."""
+
+    timeline: Timeline
+    mode: str
+    network_model: str
+    iteration_time_s: float
+    ops_processed: int
+    ops_represented: int
+    simpy_events: int
+    wall_time_s: float
+    link_bytes: np.ndarray
+    network_stats: NetworkStats
+    skipped_segments: int
+
+    @property
+    def events(self) -> int:
+        """Discrete events the engine processed: op starts/ends and network events."""
+        return self.ops_processed + self.simpy_events
+
+
+class Engine:
+    """Replays an OpGraph on a topology under a cost model."""
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        topology: Topology,
+        cost: CostModel,
+        mode: str = "auto",
+        placement: np.ndarray | None = None,
+        stragglers: dict[int, float] | None = None,
+        steady_state: bool = True,
+        progress: ProgressFn | None = None,
+    ):
+        self.graph = graph
+        self.topology = topology
+        self.cost = cost
+        self.stragglers = dict(stragglers or {})
+        for r in self.stragglers:
+            if not 0 <= r < graph.world_size:
+                raise EngineError(f"straggler rank {r} is outside 0..{graph.world_size - 1}")
+        self.view: RankView = choose_view(graph, mode, bool(self.stragglers))
+        if placement is None:
+            if graph.world_size > topology.num_gpus:
+                raise EngineError(
+                    f"the workload has {graph.world_size} ranks but the topology only {topology.num_gpus} GPUs"
+                )
+            placement = np.arange(graph.world_size, dtype=np.int64)
+        self.placement = np.asarray(placement, dtype=np.int64)
+        if self.placement.shape != (graph.world_size,):
+            raise EngineError("placement must map every rank to a GPU")
+        if self.placement.min() < 0 or self.placement.max() >= topology.num_gpus or np.unique(self.placement).size != graph.world_size:
+            raise EngineError("placement must map ranks to distinct GPUs of the topology")
+        self.steady_state = steady_state
+        self.progress = progress
+
+    # ------------------------------------------------------------------- run
+    def run(self) -> EngineResult:
+        t0 = time.perf_counter()
+        result = self._run(skip=self.steady_state)
+        if result is None:  # ranks drifted apart at a segment boundary: exact rerun
+            result = self._run(skip=False)
+        assert result is not None
+        result.wall_time_s = time.perf_counter() - t0
+        return result
+
+    def _setup(self) -> None:
+        self.env = simpy.Environment()
+        self.stats = NetworkStats()
+        self.net = build_network(self.cost.network, self.env, self.cost.pricer, self.stats)
+        self.pending: dict[Hashable, _Pending] = {}
+        self.work: deque[tuple[_Rank, int]] = deque()
+        self.instances_cache: dict[Hashable, np.ndarray] = {}
+        self.processed = 0
+        self.next_report = 0
+        compiled: dict[tuple[int, float], CompiledProgram] = {}
+        durations: dict[object, int] = {}
+        self.ranks: list[_Rank] = []
+        for rep in self.view.reps.tolist():
+            pidx = int(self.graph.rank_program[rep])
+            factor = float(self.stragglers.get(rep, 1.0))
+            cp = compiled.get((pidx, factor))
+            if cp is None:
+                cp = compile_program(
+                    self.graph.programs[pidx], self.cost.kernels, factor, self.cost.overlap_slowdown, durations
+                )
+                compiled[(pidx, factor)] = cp
+            n = cp.num_ops
+            ns = len(cp.stream_names)
+            self.ranks.append(
+                _Rank(
+                    rank=rep,
+                    gpu=int(self.placement[rep]),
+                    prog=cp,
+                    start=array("q", [-1]) * n,
+                    end=array("q", [-1]) * n,
+                    pos=[0] * ns,
+                    free=[0] * ns,
+                    inflight=[-1] * ns,
+                )
+            )
+        self.ops_total = sum(r.prog.num_ops for r in self.ranks)
+        self.program_end = max((r.prog.num_ops for r in self.ranks), default=0)
+        self.gate = self.program_end
+
+    def _run(self, skip: bool) -> EngineResult | None:
+        self._setup()
+        runs = self._skip_plan() if skip else []
+        skipped = 0
+        for run in runs:
+            b_i, b_next = run.first.start, run.segments[1].start
+            t_i = self._run_until(b_i)
+            snapshot = self.stats.snapshot()
+            t_next = self._run_until(b_next)
+            if t_i is None or t_next is None:
+                return None
+            self._copy_segments(run, t_next - t_i)
+            self.stats.repeat_since(snapshot, len(run.segments) - 1)
+            skipped += len(run.segments) - 1
+        if self._run_until(self.program_end) is None:
+            return None
+        return self._result(skipped)
+
+    def _skip_plan(self) -> list[SkipRun]:
+        programs = {id(r.prog.program): r.prog.program for r in self.ranks}
+        if len(programs) != 1:
+            return []
+        program = next(iter(programs.values()))
+        runs = plan_skips(program)
+        if runs:
+            bounds = sorted({b for run in runs for b in (run.first.start, run.segments[1].start, run.segments[-1].stop)})
+            self.barriers = barrier_ops(program, bounds)
+        return runs
+
+    def _run_until(self, gate: int) -> int | None:
+        """Simulate every op before `gate`; return the common barrier time of all ranks,
+        or None if the ranks do not reach it at one instant (no exact skipping then)."""
+        self.gate = gate
+        for r in self.ranks:
+            for s in range(len(r.prog.stream_names)):
+                self.work.append((r, s))
+        self._drain()
+        self.env.run()
+        self._check_finished(gate)
+        if gate >= self.program_end:
+            return 0
+        w = getattr(self, "barriers", {}).get(gate, -1)
+        times = {0 if w < 0 else r.end[w] for r in self.ranks}
+        if len(times) != 1:
+            return None
+        return times.pop()
+
+    # ---------------------------------------------------------------- streams
+    def _drain(self) -> None:
+        work = self.work
+        advance = self._advance
+        while work:
+            r, s = work.popleft()
+            advance(r, s)
+        if self.progress is not None and self.processed >= self.next_report:
+            self.next_report = self.processed + 20000
+            self.progress(self.processed, self.ops_total, self.env.now / PS_PER_S)
+
+    def _advance(self, r: _Rank, s: int) -> None:
+        prog = r.prog
+        ops = prog.stream_ops[s]
+        kind, deps, dur = prog.kind, prog.deps, prog.dur_ps
+        end, start = r.end, r.start
+        pos, free = r.pos[s], r.free[s]
+        gate = self.gate
+        n = len(ops)
+        inflight = r.inflight[s]
+        done = 0
+        while pos < n:
+            i = ops[pos]
+            if i >= gate or i == inflight:
+                break
+            t = free
+            blocked = -1
+            for d in deps[i]:
+                e = end[d]
+                if e < 0:
+                    blocked = d
+                    break
+                if e > t:
+                    t = e
+            if blocked >= 0:
+                r.waiters.setdefault(blocked, []).append(s)
+                break
+            k = kind[i]
+            if k == COMPUTE or k == WAIT:
+                e = t + dur[i]
+                start[i] = t
+                end[i] = e
+                free = e
+                pos += 1
+                done += 1
+                waiting = r.waiters.pop(i, None)
+                if waiting:
+                    self.work.extend((r, x) for x in waiting)
+                continue
+            start[i] = t
+            r.inflight[s] = i
+            r.pos[s], r.free[s] = pos, free
+            self.processed += done
+            self._arrive(r, i, s, t)
+            return
+        r.pos[s], r.free[s] = pos, free
+        self.processed += done
+
+    # -------------------------------------------------------------- rendezvous
+    def _arrive(self, r: _Rank, i: int, s: int, ready: int) -> None:
+        info = r.prog.comm[i]
+        assert info is not None
+        gv = self.view.groups[info.group]
+        kc = int(gv.key_of_rank[r.rank])
+        k = r.prog.kind[i]
+        if k == COLL:
+            key: tuple[object, ...] = (info.group, kc, info.ordinal)
+            expected = int(gv.expected[kc])
+        else:
+            own = int(gv.position_of[r.rank])
+            src, dst = (own, info.peer) if k == SEND else (info.peer, own)
+            key = (info.group, kc, src, dst, info.ordinal)
+            expected = 2 if self.view.mode == "full" else len({self._class_at(gv, kc, src), self._class_at(gv, kc, dst)})
+        p = self.pending.get(key)
+        if p is None:
+            p = _Pending()
+            self.pending[key] = p
+        p.count += 1
+        p.parts.append((r, i, s))
+        if ready > p.ready:
+            p.ready = ready
+        if p.count == expected:
+            del self.pending[key]
+            self._launch(key, p, r, i)
+
+    def _class_at(self, gv: object, kc: int, pos: int) -> int:
+        rc = self.graph.rank_class
+        assert rc is not None
+        members = gv.members  # type: ignore[attr-defined]
+        rows = gv.rows[kc]  # type: ignore[attr-defined]
+        return int(rc[members[rows[0], pos]])
+
+    def _launch(self, key: tuple[object, ...], p: _Pending, r: _Rank, i: int) -> None:
+        info = r.prog.comm[i]
+        assert info is not None
+        gv = self.view.groups[info.group]
+        kc = int(key[1])  # type: ignore[arg-type]
+        if len(key) == 3:
+            ikey: Hashable = (info.group, kc)
+            inst = self.instances_cache.get(ikey)
+            if inst is None:
+                inst = self.placement[gv.members[gv.rows[kc]]]
+                self.instances_cache[ikey] = inst
+        else:
+            src, dst = int(key[2]), int(key[3])  # type: ignore[call-overload]
+            ikey = (info.group, kc, src, dst)
+            inst = self.instances_cache.get(ikey)
+            if inst is None:
+                rows = gv.rows[kc]
+                inst = self.placement[gv.members[rows][:, [src, dst]]]
+                self.instances_cache[ikey] = inst
+        if p.ready < self.env.now:
+            raise EngineError("internal error: a collective would start in the simulated past")
+        parts = p.parts
+        start = p.ready
+        act = Activation(
+            kind=info.kind,
+            nbytes=info.nbytes,
+            instances=inst,
+            key=ikey,
+            on_done=lambda end: self._resolve(parts, start, end),
+            root=info.root,
+            algorithm=info.algorithm,
+        )
+        self.net.submit(act, start)
+
+    def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:
+        for r, i, s in parts:
+            r.end[i] = end
+            r.sync[i] = start
+            r.free[s] = end
+            r.pos[s] += 1
+            r.inflight[s] = -1
+            self.processed += 1
+            self.work.append((r, s))
+            waiting = r.waiters.pop(i, None)
+            if waiting:
+                self.work.extend((r, x) for x in waiting)
+        self._drain()
+
+    # ------------------------------------------------------------ completion
+    def _check_finished(self, gate: int) -> None:
+        if self.pending:
+            key, p = next(iter(self.pending.items()))
+            r, i, _ = p.parts[0]
+            op = r.prog.program.ops[i]
+            raise EngineError(
+                f"deadlock: collective '{op.name}' on group '{key[0]}' reached by {p.count} participant(s) of "
+                f"{self._expected(key)} (rank {r.rank} waits); the others never issue it"
+            )
+        for r in self.ranks:
+            ops = r.prog.stream_ops
+            for s, pos in enumerate(r.pos):
+                if pos < len(ops[s]) and ops[s][pos] < gate:
+                    i = ops[s][pos]
+                    op = r.prog.program.ops[i]
+                    raise EngineError(
+                        f"deadlock: rank {r.rank} cannot start op {i} ('{op.name}') on stream '{r.prog.stream_names[s]}'"
+                    )
+
+    def _expected(self, key: tuple[object, ...]) -> int:
+        gv = self.view.groups[str(key[0])]
+        return int(gv.expected[int(key[1])]) if len(key) == 3 else 2  # type: ignore[call-overload]
+
+    # ------------------------------------------------------- steady state copy
+    def _copy_segments(self, run: SkipRun, shift: int) -> None:
+        first = run.first
+        for r in self.ranks:
+            st = np.frombuffer(r.start, dtype=np.int64)
+            en = np.frombuffer(r.end, dtype=np.int64)
+            comm_ops = [i for i in r.sync if first.start <= i < first.stop]
+            for k, seg in enumerate(run.segments[1:], start=1):
+                off = seg.start - first.start
+                st[seg.start : seg.stop] = st[first.start : first.stop] + k * shift
+                en[seg.start : seg.stop] = en[first.start : first.stop] + k * shift
+                for i in comm_ops:
+                    r.sync[i + off] = r.sync[i] + k * shift
+            last = run.segments[-1].stop
+            for s, ops in enumerate(r.prog.stream_ops):
+                p = bisect_left(ops, last)
+                if p > r.pos[s]:
+                    r.pos[s] = p
+                    r.free[s] = r.end[ops[p - 1]]
+
+    # --------------------------------------------------------------- results
+    def _result(self, skipped: int) -> EngineResult:
+        end_ps = 0
+        for r in self.ranks:
+            e = max(r.end) if len(r.end) else 0
+            end_ps = max(end_ps, e)
+        cache: dict[int, object] = {}
+        by_rank = {r.rank: r for r in self.ranks}
+
+        def loader(rank: int):  # type: ignore[no-untyped-def]
+            rr = by_rank[rank]
+            return rank_timeline(rr.rank, rr.prog, rr.start, rr.end, rr.sync, cache)
+
+        timeline = Timeline(
+            ranks=tuple(sorted(by_rank)),
+            world_size=self.graph.world_size,
+            source="simulated",
+            loader=loader,
+            representative=self.view.representative,
+            link_bytes=self.stats.link_bytes(self.topology.num_links),
+            metadata={"mode": self.view.mode, "network": self.cost.network},
+        )
+        return EngineResult(
+            timeline=timeline,
+            mode=self.view.mode,
+            network_model=self.cost.network,
+            iteration_time_s=end_ps / PS_PER_S,
+            ops_processed=self.processed,
+            ops_represented=self.ops_total,
+            simpy_events=self.stats.simpy_events,
+            wall_time_s=0.0,
+            link_bytes=timeline.link_bytes if timeline.link_bytes is not None else np.zeros(0),
+            network_stats=self.stats,
+            skipped_segments=skipped,
+        )

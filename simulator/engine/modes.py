@@ -1,0 +1,134 @@
+"""Engine modes: which ranks are simulated and how collectives rendezvous.
+
+`full`: every rank is simulated; a collective on one group instance waits for all of its
+members and activates that one instance in the network.
+
+`symmetric`: one representative per rank class is simulated. A class's members are
+interchangeable, so when the representative reaches a collective every member of every
+instance with the same class signature has reached it too: the collective waits for the
+representatives of the classes in the signature and activates all those instances at once
+(that is how one collective is priced over all of its concurrent group instances).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.errors import EngineError
+from workloads.graph import OpGraph
+from workloads.ops import RecvOp, SendOp
+
+MODES = ("auto", "full", "symmetric")
+
+
+@dataclass(frozen=True, eq=False)
+class GroupView:
+    """Rendezvous data of one group kind under a mode."""
+
+    key_of_rank: np.ndarray  # per rank: rendezvous key component (-1 if not a member)
+    expected: np.ndarray  # per key component: arrivals to wait for
+    rows: tuple[np.ndarray, ...]  # per key component: instance rows to activate
+    members: np.ndarray  # the group kind's member table
+    position_of: np.ndarray  # per rank: position in its instance
+
+
+@dataclass(frozen=True, eq=False)
+class RankView:
+    """The simulated ranks of a run and how every rank maps onto them."""
+
+    mode: str
+    reps: np.ndarray
+    representative: np.ndarray
+    groups: dict[str, GroupView]
+
+
+def full_view(graph: OpGraph) -> RankView:
+    """Every rank simulated; one rendezvous per group instance."""
+    views: dict[str, GroupView] = {}
+    for name, kind in graph.groups.items():
+        n = kind.num_instances
+        views[name] = GroupView(
+            key_of_rank=kind.instance_of,
+            expected=np.full(n, kind.size, dtype=np.int64),
+            rows=tuple(np.array([i], dtype=np.int64) for i in range(n)),
+            members=kind.members,
+            position_of=kind.position_of,
+        )
+    ranks = np.arange(graph.world_size, dtype=np.int64)
+    return RankView("full", ranks, ranks.copy(), views)
+
+
+def symmetric_problem(graph: OpGraph) -> str | None:
+    """Why symmetric mode is not valid for this graph, or None if it is."""
+    rc = graph.rank_class
+    if rc is None:
+        return "the workload declares no rank classes"
+    p2p_groups = {
+        op.group: op.peer
+        for p in graph.programs
+        for op in p.ops
+        if isinstance(op, SendOp | RecvOp)
+    }
+    for name, kind in graph.groups.items():
+        cls = rc[kind.members]
+        sig_rows, sig_id = np.unique(cls, axis=0, return_inverse=True)
+        sig_id = sig_id.reshape(-1)
+        pairs = np.unique(np.stack([cls.ravel(), np.repeat(sig_id, kind.size)], axis=1), axis=0)
+        classes, counts = np.unique(pairs[:, 0], return_counts=True)
+        if (counts > 1).any():
+            c = int(classes[np.argmax(counts > 1)])
+            return f"rank class {c} sits in '{name}' groups of different class make-up"
+        if name in p2p_groups:
+            for c in np.unique(cls):
+                positions = np.unique(np.nonzero(cls == c)[1])
+                if positions.size > 1:
+                    return f"rank class {int(c)} occupies several positions of '{name}' groups used for send/recv"
+            for row in sig_rows:
+                if len(set(row.tolist())) != row.size:
+                    return f"send/recv inside one rank class of group '{name}' cannot be represented symmetrically"
+    return None
+
+
+def symmetric_view(graph: OpGraph) -> RankView:
+    """One representative (the lowest rank) per class."""
+    problem = symmetric_problem(graph)
+    if problem is not None:
+        raise EngineError(f"symmetric mode is not valid here: {problem}")
+    rc = graph.rank_class
+    assert rc is not None
+    classes, first = np.unique(rc, return_index=True)
+    reps = np.sort(first.astype(np.int64))
+    rep_of_class = {int(rc[r]): int(r) for r in reps}
+    representative = np.array([rep_of_class[int(c)] for c in rc], dtype=np.int64)
+    views: dict[str, GroupView] = {}
+    for name, kind in graph.groups.items():
+        cls = rc[kind.members]
+        sig_rows, sig_id = np.unique(cls, axis=0, return_inverse=True)
+        sig_id = sig_id.reshape(-1)
+        key_of_rank = np.full(graph.world_size, -1, dtype=np.int64)
+        inst = kind.instance_of
+        member = inst >= 0
+        key_of_rank[member] = sig_id[inst[member]]
+        expected = np.array([len(set(row.tolist())) for row in sig_rows], dtype=np.int64)
+        rows = tuple(np.flatnonzero(sig_id == s).astype(np.int64) for s in range(sig_rows.shape[0]))
+        views[name] = GroupView(key_of_rank, expected, rows, kind.members, kind.position_of)
+    return RankView("symmetric", reps, representative, views)
+
+
+def choose_view(graph: OpGraph, mode: str, per_rank_differences: bool) -> RankView:
+    """The RankView for a mode; `auto` picks symmetric when it is valid.
+
+    `per_rank_differences` (stragglers, heterogeneous GPUs) rules symmetric out.
+    """
+    if mode not in MODES:
+        raise EngineError(f"unknown engine mode '{mode}' (use {', '.join(MODES)})")
+    if mode == "full":
+        return full_view(graph)
+    problem = "some ranks differ (stragglers)" if per_rank_differences else symmetric_problem(graph)
+    if mode == "symmetric":
+        if problem is not None:
+            raise EngineError(f"symmetric mode is not valid here: {problem}")
+        return symmetric_view(graph)
+    return full_view(graph) if problem is not None else symmetric_view(graph)

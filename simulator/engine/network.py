@@ -1,0 +1,258 @@
+"""The network at run time: collective activations priced in simulated time.
+
+Two models behind one protocol (`submit(activation, start_ps)`; completion is reported
+through `activation.on_done(end_ps)` from a simpy callback):
+
+- `AlphaBetaNetwork`: each bundle's time is its isolated alpha-beta time; no sharing.
+- `ContentionNetwork`: phases of all active bundles share link bandwidth max-min fairly;
+  rates are recomputed once per simulated instant in which the active set changed
+  (a low-priority event runs after every other event of that instant) and cached by the
+  active pattern, so a steady-state iteration re-uses a handful of allocations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from simulator.engine.compiled import PS_PER_S, to_ps
+from simulator.network.maxmin import max_min_rates
+from simulator.network.pricing import BoundPhase, Bundle, CollectivePricer
+from workloads.ops import CollectiveKind
+
+LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an instant
+
+
+def call_at(env: simpy.Environment, delay_ps: int, fn: Callable[[], None], priority: int = 1) -> None:
+    """Run `fn` after `delay_ps` simulated picoseconds, via simpy's public `schedule`."""
+    ev = simpy.Event(env)
+    ev._ok = True  # a triggered, successful event (what Event.succeed() would set)
+    ev._value = None
+    ev.callbacks.append(lambda _e: fn())
+    env.schedule(ev, priority, delay_ps)  # type: ignore[arg-type]
+
+
+@dataclass(eq=False)
+class Activation:
+    """One collective (or send/recv) on a set of concurrent group instances."""
+
+    kind: CollectiveKind
+    nbytes: float
+    instances: np.ndarray  # (instances, members) GPU indices; (n, 2) src/dst for p2p
+    key: Hashable  # pricing cache key (stable across iterations)
+    on_done: Callable[[int], None]
+    root: int = 0
+    algorithm: str | None = None
+    start_ps: int = 0
+    bundles: tuple[Bundle, ...] = ()
+    open_bundles: int = 0
+
+
+@dataclass
+class NetworkStats:
+    """Counters for reports and benchmarks."""
+
+    activations: int = 0
+    reprices: int = 0
+    rate_cache_hits: int = 0
+    simpy_events: int = 0
+    phase_bytes: dict[int, tuple[BoundPhase, float]] = field(default_factory=dict)
+
+    def add_bytes(self, phase: BoundPhase, per_flow_bytes: float) -> None:
+        key = id(phase)
+        prev = self.phase_bytes.get(key)
+        self.phase_bytes[key] = (phase, per_flow_bytes + (prev[1] if prev else 0.0))
+
+    def link_bytes(self, num_links: int) -> np.ndarray:
+        out = np.zeros(num_links)
+        for phase, total in self.phase_bytes.values():
+            np.add.at(out, phase.links, phase.counts * total)
+        return out
+
+    def snapshot(self) -> dict[int, float]:
+        return {k: v[1] for k, v in self.phase_bytes.items()}
+
+    def repeat_since(self, snap: dict[int, float], times: int) -> None:
+        """Add `times` more copies of the bytes moved since `snap` (skipped segments)."""
+        for k, (phase, total) in list(self.phase_bytes.items()):
+            delta = total - snap.get(k, 0.0)
+            if delta:
+                self.phase_bytes[k] = (phase, total + times * delta)
+
+
+class AlphaBetaNetwork:
+    """Isolated alpha-beta pricing: an activation lasts its slowest bundle's time."""
+
+    name = "alpha-beta"
+
+    def __init__(self, env: simpy.Environment, pricer: CollectivePricer, stats: NetworkStats):
+        self.env = env
+        self.pricer = pricer
+        self.stats = stats
+
+    def submit(self, act: Activation, start_ps: int) -> None:
+        act.start_ps = start_ps
+        bundles = self.pricer.bundles(act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key)
+        seconds = 0.0
+        for b in bundles:
+            seconds = max(seconds, self.pricer.alpha_beta_time_s(b, act.nbytes))
+            for ph in b.phases:
+                self.stats.add_bytes(ph, ph.bytes_factor * act.nbytes)
+        end = start_ps + to_ps(seconds)
+        self.stats.activations += 1
+        self.stats.simpy_events += 1
+        call_at(self.env, end - int(self.env.now), lambda: act.on_done(end))
+
+
+@dataclass(eq=False)
+class _Coflow:
+    act: Activation
+    bundle: Bundle
+    index: int  # phase index in the bundle
+    phase: BoundPhase
+    remaining: float  # bytes per flow still to move
+    initial: float
+    rate: float = 0.0
+
+
+class ContentionNetwork:
+    """Max-min fair sharing among all concurrently active bundle phases."""
+
+    name = "contention"
+
+    def __init__(self, env: simpy.Environment, pricer: CollectivePricer, stats: NetworkStats):
+        self.env = env
+        self.pricer = pricer
+        self.stats = stats
+        self.capacity = pricer.bandwidth_Bps
+        self.active: list[_Coflow] = []
+        self.last_ps = 0
+        self.version = 0
+        self.reprice_pending = False
+        self._rate_cache: dict[tuple[int, ...], np.ndarray] = {}
+
+    # ------------------------------------------------------------ activation
+    def submit(self, act: Activation, start_ps: int) -> None:
+        act.start_ps = start_ps
+        self.stats.activations += 1
+        self._after(start_ps - int(self.env.now), lambda: self._begin(act))
+
+    def _after(self, delay_ps: int, fn: Callable[[], None], priority: int = 1) -> None:
+        self.stats.simpy_events += 1
+        call_at(self.env, delay_ps, fn, priority)
+
+    def _begin(self, act: Activation) -> None:
+        act.bundles = self.pricer.bundles(act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key)
+        act.open_bundles = len(act.bundles)
+        if not act.bundles:
+            act.on_done(int(self.env.now))
+            return
+        for b in act.bundles:
+            self._start_phase(act, b, 0, self.pricer.params.collective_overhead_s)
+
+    def _start_phase(self, act: Activation, bundle: Bundle, index: int, extra_s: float = 0.0) -> None:
+        if index >= len(bundle.phases):
+            act.open_bundles -= 1
+            if act.open_bundles == 0:
+                act.on_done(int(self.env.now))
+            return
+        phase = bundle.phases[index]
+        per_flow = phase.bytes_factor * act.nbytes
+        delay = to_ps(phase.latency_s + extra_s)
+
+        def go() -> None:
+            if per_flow <= 0 or phase.links.size == 0:
+                self._start_phase(act, bundle, index + 1)
+                return
+            self._advance_progress()
+            self.active.append(_Coflow(act, bundle, index, phase, per_flow, per_flow))
+            self._mark_dirty()
+
+        if delay > 0:
+            self._after(delay, go)
+        else:
+            go()
+
+    # --------------------------------------------------------------- sharing
+    def _mark_dirty(self) -> None:
+        self.version += 1
+        if not self.reprice_pending:
+            self.reprice_pending = True
+            self._after(0, self._reprice, LATE)
+
+    def _advance_progress(self) -> None:
+        now = int(self.env.now)
+        dt = now - self.last_ps
+        if dt > 0:
+            secs = dt / PS_PER_S
+            for c in self.active:
+                c.remaining -= c.rate * secs
+        self.last_ps = now
+
+    def _reprice(self) -> None:
+        self.reprice_pending = False
+        self._advance_progress()
+        if not self.active:
+            return
+        self.active.sort(key=lambda c: id(c.phase))
+        key = tuple(id(c.phase) for c in self.active)
+        rates = self._rate_cache.get(key)
+        if rates is None:
+            rates = self._solve()
+            self._rate_cache[key] = rates
+        else:
+            self.stats.rate_cache_hits += 1
+        self.stats.reprices += 1
+        next_dt: float = math.inf
+        for c, r in zip(self.active, rates.tolist(), strict=True):
+            c.rate = r
+            if r > 0:
+                next_dt = min(next_dt, c.remaining / r)
+        if next_dt is math.inf:
+            return
+        dt_ps = max(0, math.ceil(next_dt * PS_PER_S - 1e-6))
+        version = self.version
+        self._after(dt_ps, lambda: self._check(version))
+
+    def _solve(self) -> np.ndarray:
+        cf = np.concatenate([np.full(c.phase.links.size, i, dtype=np.int64) for i, c in enumerate(self.active)])
+        links = np.concatenate([c.phase.links for c in self.active])
+        counts = np.concatenate([c.phase.counts for c in self.active])
+        return max_min_rates(cf, links, counts, self.capacity, len(self.active))
+
+    @staticmethod
+    def _finished(c: _Coflow) -> bool:
+        """Done when (almost) no bytes are left or they would take under half a ps."""
+        if c.remaining <= 1e-9 * c.initial + 1e-6:
+            return True
+        return c.rate > 0 and c.remaining / c.rate * PS_PER_S < 0.5
+
+    def _check(self, version: int) -> None:
+        if version != self.version:
+            return
+        self._advance_progress()
+        finished = [self._finished(c) for c in self.active]
+        done = [c for c, f in zip(self.active, finished, strict=True) if f]
+        if not done:
+            self._mark_dirty()
+            return
+        self.active = [c for c, f in zip(self.active, finished, strict=True) if not f]
+        self._mark_dirty()
+        for c in done:
+            self.stats.add_bytes(c.phase, c.initial)
+            self._start_phase(c.act, c.bundle, c.index + 1)
+
+
+def build_network(model: str, env: simpy.Environment, pricer: CollectivePricer, stats: NetworkStats) -> AlphaBetaNetwork | ContentionNetwork:
+    """The runtime for a network model name ('alpha-beta' or 'contention')."""
+    if model == "alpha-beta":
+        return AlphaBetaNetwork(env, pricer, stats)
+    if model == "contention":
+        return ContentionNetwork(env, pricer, stats)
+    from simulator.errors import CostModelError
+
+    raise CostModelError(f"unknown network model '{model}' (use alpha-beta or contention)")

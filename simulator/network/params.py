@@ -1,0 +1,58 @@
+"""Parameters shared by the network models: link efficiency and latency terms.
+
+Defaults come from `data/network_defaults.yaml` (sources documented there); a calibration
+file or the config can replace them. `NetworkParams.ideal()` switches every overhead off,
+which is what the closed-form oracles need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from topologies.types import LINK_KINDS, Topology
+
+
+@dataclass(frozen=True)
+class NetworkParams:
+    """Efficiency per link kind, per-step and per-collective latency (seconds)."""
+
+    link_efficiency: dict[str, float] = field(default_factory=dict)
+    step_latency_intra_s: float = 0.0
+    step_latency_inter_s: float = 0.0
+    collective_overhead_s: float = 0.0
+
+    @classmethod
+    def ideal(cls) -> NetworkParams:
+        """No protocol overhead and no software latency: links at full speed."""
+        return cls(link_efficiency={k.value: 1.0 for k in LINK_KINDS})
+
+    def efficiency_of(self, kind: str) -> float:
+        return float(self.link_efficiency.get(kind, 1.0))
+
+    def with_efficiency(self, **by_kind: float) -> NetworkParams:
+        eff = dict(self.link_efficiency)
+        eff.update(by_kind)
+        return replace(self, link_efficiency=eff)
+
+    def effective_bandwidth(self, topology: Topology) -> np.ndarray:
+        """Per-link achievable bandwidth (B/s): raw bandwidth times its kind's efficiency."""
+        eff = np.array([self.efficiency_of(k.value) for k in LINK_KINDS], dtype=np.float64)
+        return topology.links.bandwidth_Bps * eff[topology.links.kind.astype(np.int64)]
+
+
+@cache
+def default_network_params() -> NetworkParams:
+    """The documented defaults (data/network_defaults.yaml)."""
+    text = resources.files("simulator.network").joinpath("data/network_defaults.yaml").read_text()
+    raw = yaml.safe_load(text)
+    return NetworkParams(
+        link_efficiency={str(k): float(v) for k, v in raw["link_efficiency_by_kind"].items()},
+        step_latency_intra_s=float(raw["step_latency_us"]["intra_node"]) * 1e-6,
+        step_latency_inter_s=float(raw["step_latency_us"]["inter_node"]) * 1e-6,
+        collective_overhead_s=float(raw["collective_overhead_us"]) * 1e-6,
+    )

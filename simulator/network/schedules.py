@@ -1,0 +1,345 @@
+"""Collective algorithms: a collective on one group instance becomes phases of flows.
+
+Schedules live in *position space* (member positions 0..p-1 of a group instance), so one
+schedule serves every instance with the same layout. A phase is a set of flows that run
+concurrently and finish together (ring steps are synchronous, so a ring is one phase whose
+flows each carry the ring's total per-link volume); `bytes_factor` scales the collective's
+buffer size S to the bytes each flow carries, and `steps` counts the latency terms.
+
+Algorithms (S = full buffer, p = group size, as nccl-tests counts them):
+
+- ring: all-reduce 2(p-1) steps of S/p; all-gather / reduce-scatter p-1 steps of S/p;
+  broadcast / reduce a pipelined chain. Multi-node rings use one channel per GPU of a node
+  (rotated so each channel leaves the node through a different GPU and NIC, as NCCL's
+  channels do); a single-node ring is the textbook single ring.
+- tree: NCCL's double binary tree for all-reduce (each tree carries S/2, 2·depth steps);
+  a single tree for broadcast / reduce.
+- recursive-halving-doubling: log2(p) pairwise exchanges (power-of-two groups).
+- direct: all pairs at once (all-to-all; reduce-scatter / all-gather / all-reduce as the
+  all-pairs exchange NCCL approximates inside fully connected and NVSwitch nodes, charged
+  the ring's p-1 latency steps since a GPU still serialises its p-1 sends).
+- hierarchical: reduce-scatter inside each node (or package, then node), the inter-node
+  collective among same-local-index GPUs on S/k, then the mirror all-gather.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+
+from simulator.errors import CostModelError
+from workloads.ops import CollectiveKind
+
+ALGORITHMS = ("ring", "tree", "recursive-halving-doubling", "direct", "hierarchical")
+
+K = CollectiveKind
+
+
+@dataclass(frozen=True, eq=False)
+class Phase:
+    """Concurrent flows src[i] -> dst[i] (member positions), each carrying bytes_factor·S."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    bytes_factor: float
+    steps: int
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """The phases of one collective on one instance layout, run one after the other."""
+
+    algorithm: str
+    phases: tuple[Phase, ...]
+
+    @property
+    def steps(self) -> int:
+        return sum(p.steps for p in self.phases)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the members of a group instance sit, position by position.
+
+    node: node index of each position, renumbered 0.. in order of first appearance.
+    local: GPU index within its node. package: package within the node (Frontier's GCD
+    pairs; equal to local // package_size).
+    """
+
+    node: tuple[int, ...]
+    local: tuple[int, ...]
+    package: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.node)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(set(self.node))
+
+    def positions_by(self, key: Sequence[object]) -> list[list[int]]:
+        """Positions grouped by equal key, groups in order of first appearance."""
+        groups: dict[object, list[int]] = {}
+        for pos, k in enumerate(key):
+            groups.setdefault(k, []).append(pos)
+        return list(groups.values())
+
+
+OrderFn = Callable[[Sequence[int]], list[int]]
+"""Given positions that share a node, return them in the order a ring should visit them."""
+
+
+def _identity_order(positions: Sequence[int]) -> list[int]:
+    return list(positions)
+
+
+def _ring_flows(rings: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    src: list[int] = []
+    dst: list[int] = []
+    for ring in rings:
+        if len(ring) < 2:
+            continue
+        src.extend(ring)
+        dst.extend(list(ring[1:]) + [ring[0]])
+    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+
+
+def _chain_flows(chains: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    src: list[int] = []
+    dst: list[int] = []
+    for chain in chains:
+        for a, b in pairwise(chain):
+            src.append(a)
+            dst.append(b)
+    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+
+
+def ring_channels(layout: Layout, order: OrderFn = _identity_order) -> list[list[int]]:
+    """The ring orders (channels) NCCL-style rings would use on this layout."""
+    per_node = layout.positions_by(layout.node)
+    ordered = [order(ps) for ps in per_node]
+    if len(ordered) == 1:
+        return [ordered[0]]
+    sizes = {len(ps) for ps in ordered}
+    if len(sizes) != 1:
+        return [[p for ps in ordered for p in ps]]
+    k = sizes.pop()
+    return [[p for ps in ordered for p in ps[j:] + ps[:j]] for j in range(k)]
+
+
+def _check_size(p: int) -> None:
+    if p < 1:
+        raise CostModelError(f"group size must be positive, got {p}")
+
+
+def ring_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order, root: int = 0) -> Schedule:
+    p = layout.size
+    _check_size(p)
+    if p == 1:
+        return Schedule("ring", ())
+    channels = ring_channels(layout, order)
+    c = len(channels)
+    if kind in (K.ALL_REDUCE, K.ALL_GATHER, K.REDUCE_SCATTER):
+        src, dst = _ring_flows(channels)
+        mult = 2 if kind is K.ALL_REDUCE else 1
+        return Schedule("ring", (Phase(src, dst, mult * (p - 1) / p / c, mult * (p - 1)),))
+    if kind in (K.BROADCAST, K.REDUCE):
+        chains = []
+        for ring in channels:
+            i = ring.index(root)
+            chain = ring[i:] + ring[:i]
+            chains.append(chain if kind is K.BROADCAST else chain[::-1])
+        src, dst = _chain_flows(chains)
+        return Schedule("ring", (Phase(src, dst, 1.0 / c, p - 1),))
+    raise CostModelError(f"algorithm 'ring' does not support {kind.value}")
+
+
+def direct_schedule(kind: CollectiveKind, p: int, root: int = 0) -> Schedule:
+    _check_size(p)
+    if p == 1:
+        return Schedule("direct", ())
+    a, b = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
+    mask = a != b
+    src, dst = a[mask].astype(np.int64), b[mask].astype(np.int64)
+    if kind is K.ALL_TO_ALL:
+        return Schedule("direct", (Phase(src, dst, 1.0 / p, 1),))
+    if kind in (K.REDUCE_SCATTER, K.ALL_GATHER):
+        return Schedule("direct", (Phase(src, dst, 1.0 / p, p - 1),))
+    if kind is K.ALL_REDUCE:
+        rs = Phase(src, dst, 1.0 / p, p - 1)
+        return Schedule("direct", (rs, Phase(src, dst, 1.0 / p, p - 1)))
+    others = np.array([i for i in range(p) if i != root], dtype=np.int64)
+    rootv = np.full(p - 1, root, dtype=np.int64)
+    if kind is K.BROADCAST:
+        return Schedule("direct", (Phase(rootv, others, 1.0, 1),))
+    if kind is K.REDUCE:
+        return Schedule("direct", (Phase(others, rootv, 1.0, 1),))
+    if kind is K.SEND_RECV:
+        return Schedule("direct", (Phase(np.array([0]), np.array([1]), 1.0, 1),))
+    raise CostModelError(f"algorithm 'direct' does not support {kind.value}")
+
+
+def _tree_edges(order: Sequence[int]) -> tuple[list[int], list[int], int]:
+    """Heap-shaped binary tree over `order`: (children, parents, depth)."""
+    children, parents = [], []
+    for i in range(1, len(order)):
+        children.append(order[i])
+        parents.append(order[(i - 1) // 2])
+    depth = int(np.floor(np.log2(len(order)))) if len(order) > 1 else 0
+    return children, parents, depth
+
+
+def tree_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order, root: int = 0) -> Schedule:
+    p = layout.size
+    _check_size(p)
+    if p == 1:
+        return Schedule("tree", ())
+    flat = [q for ps in layout.positions_by(layout.node) for q in order(ps)]
+    if kind is K.ALL_REDUCE:
+        c1, p1, depth = _tree_edges(flat)
+        c2, p2, _ = _tree_edges(flat[::-1])
+        src = np.asarray(c1 + p1 + c2 + p2, dtype=np.int64)
+        dst = np.asarray(p1 + c1 + p2 + c2, dtype=np.int64)
+        return Schedule("tree", (Phase(src, dst, 0.5, 2 * max(depth, 1)),))
+    if kind in (K.BROADCAST, K.REDUCE):
+        i = flat.index(root)
+        rooted = flat[i:] + flat[:i]
+        ch, pa, depth = _tree_edges(rooted)
+        pair = (pa, ch) if kind is K.BROADCAST else (ch, pa)
+        src, dst = (np.asarray(x, dtype=np.int64) for x in pair)
+        return Schedule("tree", (Phase(src, dst, 1.0, max(depth, 1)),))
+    raise CostModelError(f"algorithm 'tree' does not support {kind.value}")
+
+
+def rhd_schedule(kind: CollectiveKind, p: int) -> Schedule:
+    _check_size(p)
+    if p & (p - 1):
+        raise CostModelError(f"algorithm 'recursive-halving-doubling' needs a power-of-two group, got {p}")
+    if p == 1:
+        return Schedule("recursive-halving-doubling", ())
+    pos = np.arange(p, dtype=np.int64)
+    levels = int(np.log2(p))
+    halving = [Phase(pos, pos ^ (p >> (k + 1)), 1.0 / 2 ** (k + 1), 1) for k in range(levels)]
+    doubling = [Phase(pos, pos ^ (1 << k), (1 << k) / p, 1) for k in range(levels)]
+    if kind is K.REDUCE_SCATTER:
+        return Schedule("recursive-halving-doubling", tuple(halving))
+    if kind is K.ALL_GATHER:
+        return Schedule("recursive-halving-doubling", tuple(doubling))
+    if kind is K.ALL_REDUCE:
+        return Schedule("recursive-halving-doubling", tuple(halving + doubling))
+    raise CostModelError(f"algorithm 'recursive-halving-doubling' does not support {kind.value}")
+
+
+def _level_partition(layout: Layout, order: OrderFn) -> list[list[list[int]]]:
+    """Units per level, finest first: package (if it splits nodes), node; each unit's
+    positions in ring order. The top level (across nodes) is derived by the caller."""
+    levels: list[list[list[int]]] = []
+    by_node = [order(ps) for ps in layout.positions_by(layout.node)]
+    pkg_key = list(zip(layout.node, layout.package, strict=True))
+    by_pkg = [order(ps) for ps in layout.positions_by(pkg_key)]
+    if 1 < max(len(u) for u in by_pkg) < max(len(u) for u in by_node):
+        levels.append(by_pkg)
+    levels.append(by_node)
+    return levels
+
+
+def hierarchical_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order) -> Schedule:
+    """Intra-level reduce-scatters, the top-level collective on the shard, mirror all-gathers."""
+    p = layout.size
+    _check_size(p)
+    if kind not in (K.ALL_REDUCE, K.REDUCE_SCATTER, K.ALL_GATHER):
+        raise CostModelError(f"algorithm 'hierarchical' does not support {kind.value}")
+    if p == 1:
+        return Schedule("hierarchical", ())
+    levels = _level_partition(layout, order)
+    # Check equal unit sizes at each level.
+    for units in levels:
+        if len({len(u) for u in units}) != 1:
+            raise CostModelError("algorithm 'hierarchical' needs the same number of group members in every node/package")
+    down: list[Phase] = []  # reduce-scatter phases, finest first
+    up: list[Phase] = []  # all-gather phases, coarsest first (built reversed)
+    fraction = 1.0  # share of S each position still owns entering a level
+    # rings at level 0 are the units; at level 1 the units of level 1 restricted to same
+    # index-within-level-0-unit; the top ring links same-index positions across nodes.
+    index_in_unit = {q: (i,) for units in levels[:1] for u in units for i, q in enumerate(u)}
+    current_units = levels[0]
+    for lvl in range(len(levels) + 1):
+        if lvl == 0:
+            rings = current_units
+        elif lvl < len(levels):
+            rings = _split_by_index(levels[lvl], index_in_unit)
+            index_in_unit = {q: index_in_unit[q] + (i,) for r in rings for i, q in enumerate(r)}
+        else:
+            rings = _split_by_index([list(range(p))], index_in_unit)
+        k = len(rings[0]) if rings else 1
+        if k <= 1:
+            continue
+        src, dst = _ring_flows(rings)
+        is_top = lvl == len(levels)
+        if is_top and kind is K.ALL_REDUCE:
+            down.append(Phase(src, dst, 2 * (k - 1) / k * fraction, 2 * (k - 1)))
+        else:
+            if kind in (K.ALL_REDUCE, K.REDUCE_SCATTER):
+                down.append(Phase(src, dst, (k - 1) / k * fraction, k - 1))
+            if kind in (K.ALL_REDUCE, K.ALL_GATHER):
+                up.append(Phase(src, dst, (k - 1) / k * fraction, k - 1))
+        fraction /= k
+    if kind is K.ALL_GATHER:
+        return Schedule("hierarchical", tuple(reversed(up)))
+    return Schedule("hierarchical", tuple(down) + tuple(reversed(up)))
+
+
+def _split_by_index(units: list[list[int]], index_in_unit: dict[int, tuple[int, ...]]) -> list[list[int]]:
+    """Split each unit's positions into rings of equal finer-level index."""
+    rings: list[list[int]] = []
+    for u in units:
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for q in u:
+            groups.setdefault(index_in_unit[q], []).append(q)
+        rings.extend(groups.values())
+    return rings
+
+
+def build_schedule(
+    algorithm: str,
+    kind: CollectiveKind,
+    layout: Layout,
+    order: OrderFn = _identity_order,
+    root: int = 0,
+) -> Schedule:
+    """The schedule of `algorithm` for `kind` on a group with this layout."""
+    if kind is K.SEND_RECV:
+        return direct_schedule(kind, 2)
+    if algorithm == "ring":
+        return ring_schedule(kind, layout, order, root)
+    if algorithm == "tree":
+        return tree_schedule(kind, layout, order, root)
+    if algorithm == "recursive-halving-doubling":
+        return rhd_schedule(kind, layout.size)
+    if algorithm == "direct":
+        return direct_schedule(kind, layout.size, root)
+    if algorithm == "hierarchical":
+        return hierarchical_schedule(kind, layout, order)
+    raise CostModelError(f"unknown collective algorithm '{algorithm}' (use one of {', '.join(ALGORITHMS)})")
+
+
+def candidate_algorithms(kind: CollectiveKind, layout: Layout) -> tuple[str, ...]:
+    """Algorithms an NCCL/RCCL-like library would consider (the tuner picks the fastest).
+
+    Inside one node: ring and the all-pairs exchange; across nodes: ring, plus the double
+    binary tree for all-reduce; all-to-all is always direct; broadcast/reduce ring or tree.
+    """
+    if kind is K.ALL_TO_ALL or kind is K.SEND_RECV:
+        return ("direct",)
+    single_node = layout.num_nodes == 1
+    if kind in (K.BROADCAST, K.REDUCE):
+        return ("ring", "tree")
+    if single_node:
+        return ("ring", "direct")
+    if kind is K.ALL_REDUCE:
+        return ("ring", "tree")
+    return ("ring",)
