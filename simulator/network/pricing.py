@@ -45,6 +45,7 @@ class BoundPhase:
     rate_Bps: float  # alpha-beta per-flow rate: slowest flow's bottleneck, no sharing
     bytes_factor: float  # bytes per flow = bytes_factor x S
     steps: int
+    shared_rate_Bps: float = np.inf  # per-flow rate when the bundle's own flows share links
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,6 +176,7 @@ class CollectivePricer:
             uniq, inv = np.unique(all_links, return_inverse=True)
             counts = np.bincount(inv, weights=all_w, minlength=uniq.shape[0])
             step = self.params.step_latency_inter_s if inter else self.params.step_latency_intra_s
+            shared = float((self.bandwidth_Bps[uniq] / counts).min()) if uniq.size else np.inf
             phases.append(
                 BoundPhase(
                     links=uniq,
@@ -183,6 +185,7 @@ class CollectivePricer:
                     rate_Bps=float(rate),
                     bytes_factor=ph.bytes_factor,
                     steps=ph.steps,
+                    shared_rate_Bps=shared,
                 )
             )
         return Bundle(rows=rows, algorithm=schedule.algorithm, phases=tuple(phases))
@@ -225,8 +228,10 @@ class CollectivePricer:
         algorithm: str | None = None,
         key: Hashable | None = None,
     ) -> tuple[Bundle, ...]:
-        """Bundles for a collective of `nbytes`, choosing the algorithm per layout when the
-        choice is 'auto' (fastest by the alpha-beta estimate, as NCCL's tuner does)."""
+        """Bundles for a collective of `nbytes`. With 'auto' the algorithm is the one with
+        the smallest estimated time, as NCCL's tuner picks it: latency plus bytes over the
+        rate the bundle gets when its own flows (all concurrent instances included) share
+        links, evaluated on the worst bundle."""
         algo = algorithm or self.algorithm
         if algo != "auto" or kind is CollectiveKind.SEND_RECV:
             return self.bind(kind, instances, "direct" if kind is CollectiveKind.SEND_RECV else algo, root, key)
@@ -244,7 +249,7 @@ class CollectivePricer:
                 b = self.bind(kind, inst, cand, root, key)
             except CostModelError:
                 continue
-            t = max(self.alpha_beta_time_s(x, nbytes) for x in b) if b else 0.0
+            t = max(self.estimate_time_s(x, nbytes) for x in b) if b else 0.0
             if t < best_t:
                 best, best_t = b, t
         if best is None:
@@ -254,6 +259,17 @@ class CollectivePricer:
         return best
 
     # ---------------------------------------------------------------- pricing
+    def estimate_time_s(self, bundle: Bundle, nbytes: float) -> float:
+        """Time of a bundle alone on the network, its own flows sharing links fairly."""
+        if not bundle.phases:
+            return 0.0
+        t = self.params.collective_overhead_s
+        for ph in bundle.phases:
+            t += ph.latency_s
+            if nbytes > 0 and ph.bytes_factor > 0:
+                t += ph.bytes_factor * nbytes / ph.shared_rate_Bps
+        return t
+
     def alpha_beta_time_s(self, bundle: Bundle, nbytes: float) -> float:
         """Isolated time of a bundle: per phase latency + bytes over the bottleneck rate."""
         if not bundle.phases:

@@ -1,0 +1,134 @@
+"""Interval arithmetic on a rank's timeline: busy time, overlap, exposed communication.
+
+Used by the report and by validation (measured and simulated timelines share it).
+Definitions for one rank:
+- compute time: length of the union of compute-kernel intervals;
+- communication time: length of the union of collective intervals (launch to end, so
+  waiting for peers counts, as it does in a profiler trace);
+- exposed communication: communication time not covered by compute;
+- overlapped communication: communication time covered by compute;
+- exposed time per group: the exposed intervals split equally among the groups whose
+  collectives are in flight at each instant (so the groups add up to the exposed total).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.timeline import RankTimeline
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into disjoint sorted ones."""
+    if starts.size == 0:
+        return starts.astype(np.float64), ends.astype(np.float64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    merged_start = s[idx]
+    merged_end = np.maximum.reduceat(e, idx)
+    return merged_start, merged_end
+
+
+def length(starts: np.ndarray, ends: np.ndarray) -> float:
+    s, e = union(starts, ends)
+    return float((e - s).sum())
+
+
+def intersection_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
+    """Length of the intersection of two disjoint sorted interval sets."""
+    (sa, ea), (sb, eb) = a, b
+    i = j = 0
+    total = 0.0
+    while i < sa.size and j < sb.size:
+        lo = max(sa[i], sb[j])
+        hi = min(ea[i], eb[j])
+        if hi > lo:
+            total += hi - lo
+        if ea[i] < eb[j]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+@dataclass(frozen=True)
+class RankBreakdown:
+    """Where one rank's time went."""
+
+    span_s: float
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    overlapped_comm_s: float
+    exposed_by_group_s: dict[str, float]
+    comm_by_group_s: dict[str, float]
+    compute_by_kind_s: dict[str, float]
+
+
+def breakdown(tl: RankTimeline) -> RankBreakdown:
+    """Busy, overlapped and exposed time of one rank."""
+    comp = tl.mask_compute()
+    comm = tl.mask_comm()
+    cu = union(tl.start_s[comp], tl.end_s[comp])
+    mu = union(tl.start_s[comm], tl.end_s[comm])
+    compute_s = float((cu[1] - cu[0]).sum())
+    comm_s = float((mu[1] - mu[0]).sum())
+    overlapped = intersection_length(cu, mu)
+    span = float(tl.end_s.max(initial=0.0) - tl.start_s.min(initial=0.0)) if len(tl) else 0.0
+    groups = sorted({str(g) for g in tl.group[comm]})
+    comm_by_group = {g: length(tl.start_s[comm & (tl.group == g)], tl.end_s[comm & (tl.group == g)]) for g in groups}
+    kinds = sorted({str(k) for k in tl.kind[comp]})
+    compute_by_kind = {k: float((tl.end_s[comp & (tl.kind == k)] - tl.start_s[comp & (tl.kind == k)]).sum()) for k in kinds}
+    return RankBreakdown(
+        span_s=span,
+        compute_s=compute_s,
+        comm_s=comm_s,
+        exposed_comm_s=comm_s - overlapped,
+        overlapped_comm_s=overlapped,
+        exposed_by_group_s=_exposed_by_group(tl, comm, cu, groups),
+        comm_by_group_s=comm_by_group,
+        compute_by_kind_s=compute_by_kind,
+    )
+
+
+def _exposed_by_group(tl: RankTimeline, comm: np.ndarray, compute_union: tuple[np.ndarray, np.ndarray], groups: list[str]) -> dict[str, float]:
+    """Sweep line over communication and compute edges; exposed instants are shared
+    equally among the groups in flight."""
+    out = dict.fromkeys(groups, 0.0)
+    if not groups:
+        return out
+    gidx = {g: i for i, g in enumerate(groups)}
+    cs, ce = tl.start_s[comm], tl.end_s[comm]
+    gi = np.array([gidx[str(g)] for g in tl.group[comm]], dtype=np.int64)
+    keep = ce > cs
+    cs, ce, gi = cs[keep], ce[keep], gi[keep]
+    us, ue = compute_union
+    times = np.concatenate([cs, ce, us, ue])
+    # event deltas: comm counts per group, compute counter
+    kind = np.concatenate([np.zeros(cs.size), np.zeros(ce.size), np.ones(us.size), np.ones(ue.size)]).astype(np.int8)
+    delta = np.concatenate([np.ones(cs.size), -np.ones(ce.size), np.ones(us.size), -np.ones(ue.size)])
+    grp = np.concatenate([gi, gi, np.full(us.size + ue.size, -1)])
+    order = np.lexsort((delta, times))
+    active = np.zeros(len(groups), dtype=np.int64)
+    computing = 0
+    acc = np.zeros(len(groups))
+    prev = None
+    for t, k, d, g in zip(times[order], kind[order], delta[order], grp[order], strict=True):
+        if prev is not None and t > prev and computing == 0:
+            on = active > 0
+            n_on = int(on.sum())
+            if n_on:
+                acc[on] += (t - prev) / n_on
+        if k == 1:
+            computing += int(d)
+        else:
+            active[g] += int(d)
+        prev = t
+    return {g: float(acc[i]) for g, i in gidx.items()}

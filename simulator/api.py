@@ -1,0 +1,76 @@
+"""The Python API: everything the CLI does is one call from here.
+
+    from simulator.api import simulate
+    from simulator.config import load_config
+    result = simulate(load_config())           # the embedded default
+    print(result.report.iteration_time_s)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from simulator.build import build_cost_model, build_topology, network_params_for
+from simulator.config import ExperimentConfig
+from simulator.engine.core import Engine, EngineResult, ProgressFn
+from simulator.report import Report, build_report
+from simulator.workload import WorkloadPlan, build_plan
+from topologies.hardware import gpu_spec
+from topologies.types import Topology
+
+
+@dataclass(eq=False)
+class Result:
+    """A finished simulation: its inputs, the engine output and the report."""
+
+    config: ExperimentConfig
+    topology: Topology
+    plan: WorkloadPlan
+    engine: EngineResult
+    report: Report
+
+
+def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) -> Result:
+    """Simulate one training iteration of `config` and summarise it."""
+    t0 = time.perf_counter()
+    topology = build_topology(config.cluster)
+    gpu = gpu_spec(config.cluster.gpu or topology.gpu_type)
+    calibration = None
+    if config.engine.calibration:
+        from simulator.cost.calibration import load_calibration
+
+        calibration = load_calibration(config.engine.calibration)
+    from simulator.cost.kernels import KernelModel
+
+    kernels = KernelModel(gpu, calibration=calibration)
+    params = network_params_for(topology, config.engine.calibration)
+    cost = build_cost_model(config, topology, kernels, params, overlap_slowdown=kernels.overlap_slowdown)
+    plan = build_plan(config, topology, gpu)
+    stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}
+    engine = Engine(
+        plan.graph,
+        topology,
+        cost,
+        mode=config.engine.mode,
+        stragglers=stragglers,
+        steady_state=config.engine.steady_state,
+        progress=progress,
+    )
+    result = engine.run()
+    result.wall_time_s = time.perf_counter() - t0
+    report = build_report(
+        result,
+        topology=topology,
+        gpu=gpu,
+        model_name=config.model.spec().name,
+        machine=config.cluster.machine,
+        strategy=config.parallel.strategy,
+        grid=plan.grid,
+        parameters=plan.parameters,
+        group_aliases=plan.group_aliases,
+        memory=plan.memory,
+        model_flops=plan.model_flops,
+        batch_tokens=config.training.batch_tokens,
+    )
+    return Result(config=config, topology=topology, plan=plan, engine=result, report=report)

@@ -1,0 +1,59 @@
+"""Building the simulation's inputs from the configuration (topology, cost model)."""
+
+from __future__ import annotations
+
+from simulator.config import ClusterConfig, ExperimentConfig
+from simulator.costmodel import CostModel, KernelTimer
+from simulator.errors import ConfigError
+from simulator.network.params import NetworkParams, default_network_params
+from simulator.network.pricing import CollectivePricer
+from topologies.types import Topology
+
+
+def build_topology(cluster: ClusterConfig) -> Topology:
+    """The cluster's topology: a machine preset at a size (with what-ifs) or a custom file."""
+    if cluster.machine == "custom":
+        from topologies.custom import load_custom_topology
+
+        assert cluster.topology_file is not None
+        return load_custom_topology(cluster.topology_file)
+    from topologies.machines import build_machine
+
+    nodes = cluster.num_nodes
+    if nodes is None:
+        raise ConfigError("cluster: give nodes or gpus")
+    return build_machine(
+        cluster.machine,
+        nodes,
+        gpu=cluster.gpu,
+        nic_bandwidth_GBps=cluster.nic_bandwidth_GBps,
+        nics_per_node=cluster.nics_per_node,
+        intra_node_bandwidth_scale=cluster.intra_node_bandwidth_scale,
+        fabric_link_bandwidth_GBps=cluster.fabric_link_bandwidth_GBps,
+        routing=cluster.routing,
+    )
+
+
+def build_cost_model(
+    config: ExperimentConfig,
+    topology: Topology,
+    kernels: KernelTimer,
+    params: NetworkParams | None = None,
+    overlap_slowdown: float = 1.0,
+) -> CostModel:
+    """CostModel for an experiment: kernel timer, collective pricer, network fidelity."""
+    pricer = CollectivePricer(topology, params or default_network_params(), config.engine.collective_algorithm)
+    slowdown = config.engine.compute_slowdown_under_overlap or overlap_slowdown
+    return CostModel(kernels=kernels, pricer=pricer, network=config.engine.network, overlap_slowdown=slowdown)
+
+
+def network_params_for(topology: Topology, calibration: str | None = None) -> NetworkParams:
+    """Network parameters: defaults, replaced by a calibration file's values when given."""
+    params = default_network_params()
+    if calibration is None:
+        return params
+    from simulator.cost.calibration import load_calibration
+
+    cal = load_calibration(calibration)
+    apply = getattr(cal, "network_params", None)
+    return apply(params, topology) if callable(apply) else params

@@ -1,0 +1,143 @@
+"""`axsim simulate`: simulate one training iteration and explain where the time goes."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from simulator.config import (
+    ExperimentConfig,
+    apply_overrides,
+    default_config_mapping,
+    read_yaml_mapping,
+    validate_config,
+)
+from simulator.errors import ConfigError
+from workloads.axonn.params import Grid
+
+
+def flag_overrides(
+    machine: str | None,
+    gpus: int | None,
+    model: str | None,
+    grid: str | None,
+    batch_tokens: int | None,
+    seq_len: int | None,
+    overlap: str | None,
+    engine: str | None,
+    network: str | None,
+    calibration: str | None,
+) -> list[str]:
+    """Translate convenience flags into dotted overrides (applied before --set)."""
+    out: list[str] = []
+    if machine:
+        out.append(f"cluster.machine={machine}")
+    if gpus is not None:
+        out += [f"cluster.gpus={gpus}", "cluster.nodes=null"]
+    if model:
+        out.append(f"model.name={model}")
+    if grid:
+        try:
+            g = Grid.parse(grid)
+        except ValueError as e:
+            raise ConfigError(f"--grid: {e}") from None
+        out.append(f"parallel.grid={{x: {g.x}, y: {g.y}, z: {g.z}, data: {g.data}}}")
+    if batch_tokens is not None:
+        out.append(f"training.batch_tokens={batch_tokens}")
+    if seq_len is not None:
+        out.append(f"model.seq_len={seq_len}")
+    if overlap is not None:
+        flags = [] if overlap.strip().lower() == "none" else [f.strip().lower() for f in overlap.split(",") if f.strip()]
+        unknown = [f for f in flags if f not in ("oar", "ors", "oag")]
+        if unknown:
+            raise ConfigError(f"--overlap: unknown flag '{unknown[0]}' (use oar,ors,oag or none)")
+        out.append(f"parallel.overlap=[{', '.join(flags)}]")
+    if engine:
+        out.append(f"engine.mode={engine}")
+    if network:
+        out.append(f"engine.network={network}")
+    if calibration:
+        out.append(f"engine.calibration={calibration}")
+    return out
+
+
+def resolve_config(config_path: str | None, strategy: str | None, overrides: list[str], sets: tuple[str, ...]) -> ExperimentConfig:
+    """Config file (or embedded default) + strategy reset + flags + --set, validated once."""
+    data = default_config_mapping() if config_path is None else read_yaml_mapping(config_path)
+    if strategy:
+        current = data.get("parallel", {}) or {}
+        if current.get("strategy", "axonn") != strategy:
+            data["parallel"] = {"strategy": strategy}
+    data = apply_overrides(data, [*overrides, *sets])
+    return validate_config(data, source=config_path or "config")
+
+
+def register(app: click.Group) -> None:
+    @app.command("simulate")
+    @click.argument("config", required=False, type=click.Path(dir_okay=False))
+    @click.option("--machine", default=None, help="Machine preset (perlmutter, frontier, alps, dgx-h100, dgx-h200, frontera-rtx).")
+    @click.option("--gpus", type=int, default=None, help="Number of GPUs.")
+    @click.option("--model", default=None, help="Model preset, e.g. gpt-80b.")
+    @click.option("--strategy", default=None, help="Parallel strategy (default axonn).")
+    @click.option("--grid", default=None, help="AxoNN grid X,Y,Z,DATA (default: chosen for you).")
+    @click.option("--batch-tokens", type=int, default=None, help="Global batch in tokens.")
+    @click.option("--seq-len", type=int, default=None, help="Sequence length.")
+    @click.option("--overlap", default=None, help="AxoNN overlap flags: oar,ors,oag or none.")
+    @click.option("--set", "sets", multiple=True, help="Override any config field: section.field=value (repeatable).")
+    @click.option("--engine", type=click.Choice(("auto", "full", "symmetric")), default=None)
+    @click.option("--network", type=click.Choice(("alpha-beta", "contention")), default=None)
+    @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration file from `axsim calibrate`.")
+    @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report, timeline, links and a Perfetto trace here.")
+    @click.option("--trace-ranks", default=None, help="Ranks in the trace and timeline (e.g. 0-7,64 or all; default: first 8).")
+    @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object (the report) to stdout.")
+    @click.option("--strict-memory", is_flag=True, help="Exit with code 3 if the configuration does not fit in GPU memory.")
+    @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only).")
+    def simulate_cmd(
+        config: str | None,
+        machine: str | None,
+        gpus: int | None,
+        model: str | None,
+        strategy: str | None,
+        grid: str | None,
+        batch_tokens: int | None,
+        seq_len: int | None,
+        overlap: str | None,
+        sets: tuple[str, ...],
+        engine: str | None,
+        network: str | None,
+        calibration: str | None,
+        out_dir: str | None,
+        trace_ranks: str | None,
+        as_json: bool,
+        strict_memory: bool,
+        progress: bool,
+    ) -> None:
+        """Simulate one training iteration (no arguments: GPT-80B on 1,024 Perlmutter GPUs)."""
+        from simulator.api import simulate
+        from simulator.export import parse_trace_ranks, write_outputs
+        from simulator.render import progress_bar, render_report
+
+        flags = flag_overrides(machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration)
+        cfg = resolve_config(config, strategy, flags, sets)
+        with progress_bar(progress) as bar:
+            result = simulate(cfg, progress=bar)
+        report = result.report
+        if out_dir:
+            ranks = parse_trace_ranks(trace_ranks, result.engine.timeline.world_size)
+            write_outputs(result, out_dir, ranks)
+        if as_json:
+            click.echo(json.dumps(report.to_json(), default=str))
+        else:
+            render_report(report)
+            if out_dir:
+                click.echo(f"outputs written to {out_dir}/ (report.json, config.resolved.yaml, timeline.csv, links.csv, trace.json)")
+        if not report.fits_in_memory:
+            print(
+                f"axsim: warning: needs {report.memory_per_gpu_bytes / 1e9:.1f} GB per GPU, "
+                f"more than the {report.memory_capacity_bytes / 1e9:.0f} GB of a {report.gpu}",
+                file=sys.stderr,
+            )
+            if strict_memory:
+                raise SystemExit(3)

@@ -1,0 +1,200 @@
+"""`axsim topology`: build a machine (or a custom topology) and summarise it.
+
+Prints devices and links by kind, injection bandwidth per GPU, bisection bandwidth (see
+topologies.summary for the definitions), the fabric parameters and sample routes, as rich
+tables or, with `--json`, as one JSON object (same content; non-finite numbers as null).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+from simulator.errors import ConfigError
+from topologies.fabric import ROUTING_POLICIES
+
+_FLAGS = {
+    "gpu": "--gpu",
+    "nics_per_node": "--nics-per-node",
+    "nic_bandwidth_GBps": "--nic-bandwidth",
+    "intra_node_bandwidth_scale": "--intra-node-scale",
+    "fabric_link_bandwidth_GBps": "--fabric-bandwidth",
+    "routing": "--routing",
+}
+"""CLI flag of each build_machine what-if keyword."""
+
+
+def _finite(value: Any) -> Any:
+    """Replace inf/nan by None recursively so the output is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _build(machine: str, nodes: int | None, file: str | None, overrides: dict[str, Any]) -> Any:
+    """The Topology the flags describe; ConfigError for flags that do not fit together."""
+    if machine.strip().lower() == "custom":
+        if not file:
+            raise ConfigError("axsim topology custom needs --file PATH")
+        given = [_FLAGS[k] for k, v in overrides.items() if v is not None]
+        if nodes is not None or given:
+            flags = ", ".join((["--nodes"] if nodes is not None else []) + given)
+            raise ConfigError(
+                f"{flags}: not applicable to a custom topology (edit the file instead)"
+            )
+        from topologies.custom import load_custom_topology
+
+        return load_custom_topology(file)
+    if file:
+        raise ConfigError("--file is only for MACHINE=custom")
+    if nodes is None:
+        raise ConfigError(f"--nodes is required for machine '{machine}'")
+    from topologies.machines import build_machine
+
+    scale = overrides.pop("intra_node_bandwidth_scale")
+    return build_machine(
+        machine, nodes, intra_node_bandwidth_scale=1.0 if scale is None else scale, **overrides
+    )
+
+
+def _num(x: Any, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:,.{digits}f}" if isinstance(x, float) else f"{x:,}"
+
+
+def _render(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{summary['name']}[/bold] — {summary['description']}")
+    console.print(
+        f"{summary['gpus']:,} GPUs ({summary['gpu_type'] or 'unspecified'}) on {summary['nodes']:,} nodes, "
+        f"{summary['gpus_per_node']} GPUs and {summary['nics_per_node']} NICs per node, "
+        f"routing: {summary['routing']}"
+    )
+    devices = Table(title="Devices")
+    devices.add_column("kind")
+    devices.add_column("count", justify="right")
+    for kind, count in summary["devices"].items():
+        devices.add_row(kind, _num(count))
+    console.print(devices)
+    links = Table(title="Directed links")
+    for col in ("kind", "count", "GB/s per link", "total GB/s"):
+        links.add_column(col, justify="left" if col == "kind" else "right")
+    for kind, st in summary["links"].items():
+        bw = (
+            _num(st["min_GBps"])
+            if st["min_GBps"] == st["max_GBps"]
+            else f"{_num(st['min_GBps'])}–{_num(st['max_GBps'])}"
+        )
+        links.add_row(kind, _num(st["count"]), bw, _num(st["total_GBps"], 0))
+    console.print(links)
+    figures = Table(title="Bandwidth (per direction) and fabric", show_header=False)
+    figures.add_row("injection per GPU", f"{_num(summary['injection_per_gpu_GBps'])} GB/s")
+    figures.add_row("bisection", f"{_num(summary['bisection_GBps'])} GB/s")
+    figures.add_row("bisection, minimal routes", f"{_num(summary['minimal_bisection_GBps'])} GB/s")
+    figures.add_row("node bisection (max flow)", f"{_num(summary['node_bisection_GBps'])} GB/s")
+    for key, value in summary["fabric"].items():
+        figures.add_row(f"fabric.{key}", str(value))
+    console.print(figures)
+    routes = Table(title="Sample routes")
+    for col in ("pair", "GPUs", "paths", "hops", "bottleneck GB/s", "route GB/s", "latency µs"):
+        routes.add_column(col, justify="left" if col in ("pair", "GPUs") else "right")
+    samples = summary.get("sample_routes", [])
+    for r in samples:
+        hops = str(r["hops"]) if r["hops"] == r["max_hops"] else f"{r['hops']} (≤{r['max_hops']})"
+        routes.add_row(
+            r["label"],
+            f"{r['src_gpu']}→{r['dst_gpu']}",
+            str(r["paths"]),
+            hops,
+            _num(r["bottleneck_GBps"]),
+            _num(r["route_bandwidth_GBps"]),
+            _num(r["latency_us"], 2),
+        )
+    console.print(routes)
+    for r in samples:
+        console.print(f"[dim]{r['label']}:[/dim] " + " → ".join(r["path"]), soft_wrap=True)
+
+
+def register(app: click.Group) -> None:
+    """Add `axsim topology` to the CLI group."""
+
+    @app.command("topology")
+    @click.argument("machine")
+    @click.option("--nodes", type=int, default=None, help="Number of nodes (machine presets).")
+    @click.option(
+        "--file", "file", type=str, default=None, help="Custom topology file (MACHINE=custom)."
+    )
+    @click.option("--gpu", default=None, help="What-if: GPU type (catalogue name).")
+    @click.option(
+        "--nics-per-node",
+        type=int,
+        default=None,
+        help="What-if: NICs per node (fewer: GPUs share).",
+    )
+    @click.option(
+        "--nic-bandwidth",
+        "nic_bandwidth",
+        type=float,
+        default=None,
+        metavar="GBPS",
+        help="What-if: GB/s per NIC.",
+    )
+    @click.option(
+        "--intra-node-scale", type=float, default=None, help="What-if: scale every intra-node link."
+    )
+    @click.option(
+        "--fabric-bandwidth",
+        type=float,
+        default=None,
+        metavar="GBPS",
+        help="What-if: GB/s per switch link.",
+    )
+    @click.option(
+        "--routing",
+        type=click.Choice(ROUTING_POLICIES),
+        default=None,
+        help="Fabric routing policy.",
+    )
+    @click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."
+    )
+    def topology(
+        machine: str,
+        nodes: int | None,
+        file: str | None,
+        gpu: str | None,
+        nics_per_node: int | None,
+        nic_bandwidth: float | None,
+        intra_node_scale: float | None,
+        fabric_bandwidth: float | None,
+        routing: str | None,
+        as_json: bool,
+    ) -> None:
+        """Build MACHINE (a preset, or `custom --file PATH`) and summarise its topology."""
+        from topologies.summary import summarize_topology
+
+        overrides: dict[str, Any] = {
+            "gpu": gpu,
+            "nics_per_node": nics_per_node,
+            "nic_bandwidth_GBps": nic_bandwidth,
+            "intra_node_bandwidth_scale": intra_node_scale,
+            "fabric_link_bandwidth_GBps": fabric_bandwidth,
+            "routing": routing,
+        }
+        topo = _build(machine, nodes, file, overrides)
+        summary = _finite(summarize_topology(topo))
+        if as_json:
+            click.echo(json.dumps(summary, indent=2, allow_nan=False))
+            return
+        _render(summary)

@@ -1,0 +1,138 @@
+"""Collective micro-benchmarks on a topology, reported like nccl-tests.
+
+A sweep runs one collective per message size through the full engine and network model,
+on every instance of a strided group that tiles the machine (the concurrent setting of a
+real parallel job) or on one instance alone. Bus bandwidth follows nccl-tests' convention
+(all-reduce 2(p-1)/p, all-gather / reduce-scatter / all-to-all (p-1)/p, others 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from simulator.costmodel import CostModel, RooflineKernels
+from simulator.engine.core import Engine
+from simulator.errors import ConfigError
+from simulator.network.params import NetworkParams, default_network_params
+from simulator.network.pricing import CollectivePricer
+from topologies.types import Topology
+from workloads.graph import OpGraph, Program
+from workloads.groups import ProcessGroups, strided_groups
+from workloads.ops import CollectiveKind, CollectiveOp, RecvOp, SendOp
+
+OPS = tuple(k.value for k in CollectiveKind)
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """One row of a sweep (nccl-tests columns)."""
+
+    bytes: int
+    time_s: float
+    algbw_GBps: float
+    busbw_GBps: float
+    algorithm: str
+    group_size: int
+    instances: int
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def bus_factor(kind: CollectiveKind, p: int) -> float:
+    """nccl-tests bus-bandwidth factor."""
+    if p <= 1:
+        return 1.0
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2.0 * (p - 1) / p
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+        return (p - 1) / p
+    return 1.0
+
+
+def strided_instances(num_gpus: int, group: int, stride: int, instances: str) -> np.ndarray:
+    """Member table: `group` GPUs `stride` apart, tiling the machine or one instance."""
+    if group < 1 or stride < 1:
+        raise ConfigError(f"--group and --placement must be positive, got {group} and {stride}")
+    if group * stride > num_gpus:
+        raise ConfigError(f"--group {group} with --placement {stride} needs {group * stride} GPUs; the topology has {num_gpus}")
+    if instances == "one":
+        return (np.arange(group, dtype=np.int64) * stride)[None, :]
+    if num_gpus % (group * stride):
+        raise ConfigError(
+            f"--group {group} with --placement {stride} does not tile {num_gpus} GPUs (use --instances one)"
+        )
+    return strided_groups(num_gpus, group, stride)
+
+
+def _graph(kind: CollectiveKind, members: np.ndarray, nbytes: float, algorithm: str | None, world: int) -> OpGraph:
+    p = members.shape[1]
+    if kind is CollectiveKind.SEND_RECV:
+        if p != 2:
+            raise ConfigError("send-recv needs --group 2")
+        programs = (
+            Program("send", (SendOp("send", "g", 1, nbytes, "t", "p2p"),)),
+            Program("recv", (RecvOp("recv", "g", 0, nbytes, "t", "p2p"),)),
+            Program("idle", ()),
+        )
+        rank_program = np.full(world, 2, dtype=np.int64)
+        rank_program[members[:, 0]] = 0
+        rank_program[members[:, 1]] = 1
+        classes = rank_program.copy()
+    else:
+        op = CollectiveOp(kind.value, kind, "g", nbytes, "t", "comm", algorithm=algorithm)
+        programs = (Program("coll", (op,)), Program("idle", ()))
+        rank_program = np.ones(world, dtype=np.int64)
+        rank_program[members.ravel()] = 0
+        classes = rank_program.copy()
+    groups = ProcessGroups(world, {"g": members})
+    graph = OpGraph(world, programs, rank_program, groups, rank_class=classes, name="microbench")
+    graph.validate()
+    return graph
+
+
+def collective_sweep(
+    topology: Topology,
+    op: str,
+    group: int,
+    stride: int,
+    sizes: list[int],
+    algorithm: str = "auto",
+    network: str = "contention",
+    params: NetworkParams | None = None,
+    instances: str = "all",
+) -> list[CollectiveResult]:
+    """Time one collective per size; one engine run per size, pricing caches shared."""
+    try:
+        kind = CollectiveKind(op)
+    except ValueError:
+        raise ConfigError(f"--op '{op}' unknown (use one of {', '.join(OPS)})") from None
+    if instances not in ("all", "one"):
+        raise ConfigError(f"--instances must be 'all' or 'one', got '{instances}'")
+    members = strided_instances(topology.num_gpus, group, stride, instances)
+    pricer = CollectivePricer(topology, params if params is not None else default_network_params(), algorithm)
+    cost = CostModel(RooflineKernels(1e15), pricer, network)
+    world = topology.num_gpus
+    out = []
+    for size in sizes:
+        if size <= 0:
+            raise ConfigError(f"--bytes must be positive, got {size}")
+        graph = _graph(kind, members, float(size), None, world)
+        res = Engine(graph, topology, cost, mode="symmetric", steady_state=False).run()
+        t = res.iteration_time_s
+        chosen = pricer.bundles(kind, members if kind is not CollectiveKind.SEND_RECV else members[:, :2], float(size), key=("probe", kind, size))
+        algbw = size / t / 1e9 if t > 0 else float("inf")
+        out.append(
+            CollectiveResult(
+                bytes=size,
+                time_s=t,
+                algbw_GBps=algbw,
+                busbw_GBps=algbw * bus_factor(kind, group),
+                algorithm=chosen[0].algorithm if chosen else "none",
+                group_size=group,
+                instances=int(members.shape[0]),
+            )
+        )
+    return out

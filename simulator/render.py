@@ -1,0 +1,99 @@
+"""Rich rendering of reports and progress (the only non-CLI module that imports rich)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simulator.engine.core import ProgressFn
+from simulator.report import Report
+from simulator.units import format_bytes, format_seconds
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:5.1f}%" if whole > 0 else "  -  "
+
+
+def render_report(report: Report, console: Console | None = None) -> None:
+    """Print a report as rich tables."""
+    c = console or Console()
+    g = report.grid
+    grid = " x ".join(f"{k}={v}" for k, v in g.items())
+    head = (
+        f"[bold]{report.model}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine}), "
+        f"strategy {report.strategy} {escape('[' + grid + ']')}, engine {report.engine_mode}/{report.network_model}"
+    )
+    t = report.iteration_time_s
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(justify="left")
+    summary.add_column(justify="right")
+    summary.add_row("iteration time", f"[bold]{format_seconds(t)}[/]")
+    summary.add_row("model FLOP/s", f"{report.pflops_total:.1f} PFLOP/s total, {report.tflops_per_gpu:.1f} TFLOP/s per GPU")
+    emp = f", {report.percent_of_empirical_peak:.1f}% of empirical GEMM peak" if report.percent_of_empirical_peak is not None else ""
+    summary.add_row("efficiency", f"{report.percent_of_advertised_peak:.1f}% of advertised peak{emp}")
+    fit = "[green]fits[/]" if report.fits_in_memory else "[bold red]DOES NOT FIT[/]"
+    summary.add_row(
+        "memory per GPU",
+        f"{format_bytes(report.memory_per_gpu_bytes)} of {format_bytes(report.memory_capacity_bytes)} ({fit})",
+    )
+    params = ", ".join(f"{k}={v}" for k, v in report.parameters.items() if k not in ("strategy", "grid"))
+    summary.add_row("parameters", escape(params))
+    c.print(Panel(summary, title=head, expand=False))
+
+    time_table = Table(title=f"Where the time goes (rank {report.critical_rank})", show_lines=False)
+    time_table.add_column("component")
+    time_table.add_column("time", justify="right")
+    time_table.add_column("of iteration", justify="right")
+    time_table.add_row("compute", format_seconds(report.compute_time_s), _pct(report.compute_time_s, t))
+    for kind, v in sorted(report.compute_by_kind_s.items(), key=lambda kv: -kv[1]):
+        time_table.add_row(f"  {kind}", format_seconds(v), _pct(v, t))
+    time_table.add_row("exposed communication", format_seconds(report.exposed_comm_time_s), _pct(report.exposed_comm_time_s, t))
+    for group, v in report.comm_time_by_group_s.items():
+        total = report.comm_total_by_group_s.get(group, 0.0)
+        time_table.add_row(f"  {group} (exposed / in flight)", f"{format_seconds(v)} / {format_seconds(total)}", _pct(v, t))
+    time_table.add_row("overlapped communication", format_seconds(report.overlapped_comm_time_s), _pct(report.overlapped_comm_time_s, t))
+    c.print(time_table)
+
+    if report.busiest_links:
+        links = Table(title="Busiest links")
+        for col in ("link", "kind", "GB/s", "bytes", "utilisation"):
+            links.add_column(col, justify="right" if col != "link" else "left")
+        for u in report.busiest_links:
+            links.add_row(f"{u.src} -> {u.dst}", u.kind, f"{u.bandwidth_GBps:g}", format_bytes(u.bytes), f"{100 * u.utilization:.1f}%")
+        c.print(links)
+    c.print(
+        f"[dim]simulated {report.ops_simulated:,} of {report.ops_represented:,} ops "
+        f"({report.skipped_segments} repeated microbatches copied), {report.events:,} events, "
+        f"wall time {report.wall_time_s:.2f} s[/]"
+    )
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
+    """A transient rich progress bar on stderr (ops done, simulated time)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]simulating"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} ops"),
+        TextColumn("t_sim={task.fields[t]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("sim", total=1, t="0 s")
+
+        def update(done: int, total: int, sim_s: float) -> None:
+            bar.update(task, completed=done, total=max(total, 1), t=format_seconds(sim_s))
+
+        yield update

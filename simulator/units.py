@@ -1,0 +1,56 @@
+"""Parsing and formatting of human units at the CLI/YAML edge (SI inside)."""
+
+from __future__ import annotations
+
+import re
+
+from simulator.errors import ConfigError
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB]?)\s*$")
+_BINARY = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_bytes(text: str, field: str = "--bytes") -> int:
+    """'64M' -> 67108864 (binary prefixes, as nccl-tests reads -b/-e)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ConfigError(f"{field}: cannot read size '{text}' (examples: 1024, 64K, 256M, 1G)")
+    value = float(m.group(1)) * _BINARY[m.group(2).lower()]
+    if value <= 0:
+        raise ConfigError(f"{field}: size must be positive, got '{text}'")
+    return int(round(value))
+
+
+def parse_size_sweep(text: str, factor: float = 2.0, field: str = "--bytes") -> list[int]:
+    """'1G' -> [1G]; '8:1G' -> 8, 16, ... up to 1G (times `factor`)."""
+    if ":" not in text:
+        return [parse_bytes(text, field)]
+    lo_s, hi_s = text.split(":", 1)
+    lo, hi = parse_bytes(lo_s, field), parse_bytes(hi_s, field)
+    if hi < lo:
+        raise ConfigError(f"{field}: sweep end {hi_s} is below its start {lo_s}")
+    if factor <= 1:
+        raise ConfigError(f"--factor must be greater than 1, got {factor}")
+    sizes = []
+    v = float(lo)
+    while v <= hi * (1 + 1e-12):
+        sizes.append(int(round(v)))
+        v *= factor
+    return sizes
+
+
+def format_bytes(n: float) -> str:
+    """67108864 -> '64 MiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.2f} µs"

@@ -1,0 +1,135 @@
+"""A helper that writes programs the way PyTorch issues work to a GPU.
+
+Rules it encodes (so every strategy generator gets them right once):
+- compute kernels go to the compute stream in issue order;
+- a collective is issued on its communicator's stream (one per group kind) and, like
+  ProcessGroupNCCL's stream sync, cannot start before the compute work issued before it;
+- a blocking collective is an async one followed at once by a wait on the compute stream;
+- `wait(handle)` makes the compute stream wait for an async collective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workloads.graph import Program, Segment
+from workloads.ops import (
+    COMPUTE_STREAM,
+    CollectiveKind,
+    CollectiveOp,
+    ComputeKind,
+    ComputeOp,
+    Op,
+    RecvOp,
+    SendOp,
+    WaitOp,
+)
+
+
+def comm_stream(group: str) -> str:
+    """The stream name of a group kind's communicator."""
+    return f"comm:{group}"
+
+
+@dataclass
+class ProgramBuilder:
+    """Accumulates ops; returns op indices usable as handles and dependencies."""
+
+    name: str
+    ops: list[Op] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    phase: str = ""
+    _last_compute: int | None = None
+    _segment_start: int | None = None
+    _segment_key: str = ""
+
+    def _deps(self, extra: tuple[int, ...] = ()) -> tuple[int, ...]:
+        deps = set(extra)
+        if self._last_compute is not None:
+            deps.add(self._last_compute)
+        return tuple(sorted(deps))
+
+    def compute(
+        self,
+        name: str,
+        kind: ComputeKind,
+        flops: float,
+        nbytes: float,
+        shape: tuple[int, ...] = (),
+        deps: tuple[int, ...] = (),
+        dtype_bytes: int = 2,
+    ) -> int:
+        """Issue a kernel on the compute stream."""
+        idx = len(self.ops)
+        self.ops.append(
+            ComputeOp(name, kind, float(flops), float(nbytes), COMPUTE_STREAM, tuple(sorted(set(deps))), shape, dtype_bytes, self.phase)
+        )
+        self._last_compute = idx
+        return idx
+
+    def gemm(self, name: str, m: int, n: int, k: int, dtype_bytes: int = 2, batch: int = 1) -> int:
+        """C (m x n) = A (m x k) B (k x n) on the compute stream."""
+        flops = 2.0 * m * n * k * batch
+        nbytes = float(dtype_bytes) * batch * (m * k + k * n + m * n)
+        shape = (m, n, k) if batch == 1 else (m, n, k, batch)
+        return self.compute(name, ComputeKind.GEMM, flops, nbytes, shape, dtype_bytes=dtype_bytes)
+
+    def collective(
+        self,
+        name: str,
+        kind: CollectiveKind,
+        group: str,
+        nbytes: float,
+        tag: str | None = None,
+        blocking: bool = True,
+        root: int = 0,
+        deps: tuple[int, ...] = (),
+    ) -> int:
+        """Issue a collective on `group`'s communicator; returns its handle (op index).
+
+        If `blocking`, the compute stream waits for it immediately.
+        """
+        idx = len(self.ops)
+        self.ops.append(
+            CollectiveOp(name, kind, group, float(nbytes), tag or name, comm_stream(group), self._deps(deps), root, None, self.phase)
+        )
+        if blocking:
+            self.wait(idx)
+        return idx
+
+    def wait(self, handle: int, name: str | None = None) -> int:
+        """The compute stream waits for an earlier asynchronous op."""
+        idx = len(self.ops)
+        target = self.ops[handle]
+        self.ops.append(WaitOp(name or f"wait:{target.name}", handle, COMPUTE_STREAM, (), self.phase))
+        self._last_compute = idx
+        return idx
+
+    def wait_all(self, handles: list[int], name: str = "wait") -> None:
+        for h in handles:
+            self.wait(h, name)
+        handles.clear()
+
+    def send(self, name: str, group: str, peer: int, nbytes: float, tag: str) -> int:
+        idx = len(self.ops)
+        self.ops.append(SendOp(name, group, peer, float(nbytes), tag, comm_stream(f"p2p:{group}"), self._deps(), self.phase))
+        return idx
+
+    def recv(self, name: str, group: str, peer: int, nbytes: float, tag: str) -> int:
+        idx = len(self.ops)
+        self.ops.append(RecvOp(name, group, peer, float(nbytes), tag, comm_stream(f"p2p:{group}"), self._deps(), self.phase))
+        return idx
+
+    # ------------------------------------------------------------- segments
+    def begin_segment(self, key: str) -> None:
+        """Start a repeated body (e.g. one microbatch); bodies with one key are identical."""
+        self._segment_start = len(self.ops)
+        self._segment_key = key
+
+    def end_segment(self) -> None:
+        if self._segment_start is not None:
+            self.segments.append(Segment(self._segment_start, len(self.ops), self._segment_key))
+        self._segment_start = None
+
+    def build(self) -> Program:
+        return Program(self.name, tuple(self.ops), tuple(self.segments))
