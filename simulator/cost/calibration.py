@@ -1,0 +1,384 @@
+"""The calibration hook: measured data that overrides the kernel and network curves.
+
+A calibration file is produced by the calibrator (validation/) from real traces and read
+here; this module only defines the data, its validation and its lookups. It holds, per
+GPU type (keys of topologies/data/gpus.yaml):
+
+- `gemm`: measured GEMM kernel times keyed by (m, n, k, batch, dtype_bytes), each given
+  as `time_s` or `flops_per_s` (achieved, 2·m·n·k·batch per second);
+- `collectives`: per (collective, link tier, optional group size) piecewise alpha-beta
+  segments (min_bytes, max_bytes, alpha_s, beta_s_per_byte) and/or (bytes, busbw_Bps)
+  points, for the network model;
+- `overlap_slowdown`: the factor by which compute stretches while communication runs.
+
+GEMM lookup rules (`GemmIndex.match`); batch and dtype_bytes must match exactly:
+- an exact (m, n, k) point gives its measured time;
+- `interpolation: idw` (default): the table points whose m, n and k are each within a
+  factor `neighbourhood` (default 2) of the query, at most the 8 nearest in log2(m, n, k)
+  space, weighted by 1/distance²; the kernel model multiplies its own curve at the query by
+  their weighted geometric mean of measured/curve ratios, so quantisation steps stay;
+- `interpolation: nearest`: the same with only the nearest such point;
+- `interpolation: exact`: exact points only. Outside the neighbourhood the curve is used.
+
+Collective lookups: segments are sorted and may not overlap; a size below the first or
+above the last segment uses that end segment. Bus-bandwidth points are interpolated
+linearly in log(bytes)-log(busbw) and clamped to the end values.
+
+The file is YAML or JSON (by suffix; SI units named in the fields) with a `provenance`
+block (trace paths and hashes, sample counts, residuals, free extra keys) that a
+load/save round trip preserves. Errors raise CostModelError naming the file and field.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from simulator.errors import CostModelError
+from topologies.hardware import gpu_catalogue
+from topologies.types import LINK_KINDS
+from workloads.ops import CollectiveKind
+
+Frozen = ConfigDict(frozen=True, extra="forbid")
+LINK_TIERS: frozenset[str] = frozenset({k.value for k in LINK_KINDS} | {"intra_node", "inter_node"})
+MAX_NEIGHBOURS = 8
+
+
+class GemmPoint(BaseModel):
+    """One measured GEMM shape: its kernel time (`time_s`) or achieved rate (`flops_per_s`)."""
+
+    model_config = Frozen
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    k: int = Field(gt=0)
+    batch: int = Field(default=1, gt=0)
+    dtype_bytes: int = Field(default=2, gt=0)
+    time_s: float | None = Field(default=None, gt=0)
+    flops_per_s: float | None = Field(default=None, gt=0)
+    samples: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_measure(self) -> GemmPoint:
+        if (self.time_s is None) == (self.flops_per_s is None):
+            raise ValueError("give exactly one of time_s and flops_per_s")
+        return self
+
+    @property
+    def key(self) -> tuple[int, int, int, int, int]:
+        """(m, n, k, batch, dtype_bytes): what the table is keyed by."""
+        return (self.m, self.n, self.k, self.batch, self.dtype_bytes)
+
+    @property
+    def kernel_time_s(self) -> float:
+        """The measured kernel time, from `time_s` or from the achieved FLOP/s."""
+        if self.time_s is not None:
+            return self.time_s
+        rate = self.flops_per_s if self.flops_per_s is not None else math.nan
+        return 2.0 * self.m * self.n * self.k * self.batch / rate
+
+
+class GemmTable(BaseModel):
+    """Measured GEMM points of one GPU type and how to use them between points."""
+
+    model_config = Frozen
+    points: tuple[GemmPoint, ...] = ()
+    interpolation: Literal["idw", "nearest", "exact"] = "idw"
+    neighbourhood: float = Field(default=2.0, ge=1.0)
+
+    @field_validator("points")
+    @classmethod
+    def _unique(cls, points: tuple[GemmPoint, ...]) -> tuple[GemmPoint, ...]:
+        seen: set[tuple[int, ...]] = set()
+        for i, p in enumerate(points):
+            if p.key in seen:
+                raise ValueError(f"point {i} repeats shape {p.key} (m, n, k, batch, dtype_bytes)")
+            seen.add(p.key)
+        return points
+
+
+class AlphaBetaSegment(BaseModel):
+    """time = alpha_s + beta_s_per_byte · bytes, for min_bytes <= bytes < max_bytes."""
+
+    model_config = Frozen
+    min_bytes: float = Field(ge=0)
+    max_bytes: float = Field(gt=0)
+    alpha_s: float = Field(ge=0)
+    beta_s_per_byte: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AlphaBetaSegment:
+        if self.max_bytes <= self.min_bytes:
+            raise ValueError("max_bytes must exceed min_bytes")
+        return self
+
+    def time_s(self, nbytes: float) -> float:
+        """The segment's line at `nbytes`."""
+        return self.alpha_s + self.beta_s_per_byte * nbytes
+
+
+class BusBwPoint(BaseModel):
+    """A measured bus bandwidth (nccl-tests convention) at one message size."""
+
+    model_config = Frozen
+    bytes: float = Field(gt=0)
+    busbw_Bps: float = Field(gt=0)
+
+
+class CollectiveTable(BaseModel):
+    """Measured cost of one collective on one link tier (optionally one group size)."""
+
+    model_config = Frozen
+    collective: CollectiveKind
+    tier: str
+    group_size: int | None = Field(default=None, gt=0)
+    segments: tuple[AlphaBetaSegment, ...] = ()
+    points: tuple[BusBwPoint, ...] = ()
+    samples: int | None = Field(default=None, ge=1)
+
+    @field_validator("tier")
+    @classmethod
+    def _known_tier(cls, tier: str) -> str:
+        if tier not in LINK_TIERS:
+            raise ValueError(f"unknown link tier '{tier}' (known: {', '.join(sorted(LINK_TIERS))})")
+        return tier
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CollectiveTable:
+        if not self.segments and not self.points:
+            raise ValueError("give segments or points")
+        segs = self.segments
+        for a, b in itertools.pairwise(segs):
+            if b.min_bytes < a.max_bytes:
+                raise ValueError("segments must be sorted by min_bytes and must not overlap")
+        sizes = [p.bytes for p in self.points]
+        if any(b <= a for a, b in itertools.pairwise(sizes)):
+            raise ValueError("points must have strictly increasing bytes")
+        return self
+
+    def segment_for(self, nbytes: float) -> AlphaBetaSegment | None:
+        """The segment covering `nbytes` (end segments beyond the table); None if no segments."""
+        if not self.segments:
+            return None
+        starts = [s.min_bytes for s in self.segments]
+        i = max(bisect.bisect_right(starts, nbytes) - 1, 0)
+        return self.segments[i]
+
+    def time_s(self, nbytes: float) -> float | None:
+        """alpha + beta · bytes from the covering segment; None if the table has no segments."""
+        seg = self.segment_for(nbytes)
+        return None if seg is None else seg.time_s(nbytes)
+
+    def busbw_Bps(self, nbytes: float) -> float | None:
+        """Bus bandwidth at `nbytes`, log-log interpolated and clamped; None without points."""
+        if not self.points:
+            return None
+        xs = np.log([p.bytes for p in self.points])
+        ys = np.log([p.busbw_Bps for p in self.points])
+        return float(np.exp(np.interp(math.log(max(nbytes, 1e-300)), xs, ys)))
+
+
+class GpuCalibration(BaseModel):
+    """Everything calibrated for one GPU type."""
+
+    model_config = Frozen
+    gemm: GemmTable | None = None
+    collectives: tuple[CollectiveTable, ...] = ()
+    overlap_slowdown: float | None = Field(default=None, gt=0)
+
+    @field_validator("collectives")
+    @classmethod
+    def _unique(cls, tables: tuple[CollectiveTable, ...]) -> tuple[CollectiveTable, ...]:
+        seen: set[tuple[str, str, int | None]] = set()
+        for t in tables:
+            key = (t.collective.value, t.tier, t.group_size)
+            if key in seen:
+                raise ValueError(f"two tables for collective/tier/group_size {key}")
+            seen.add(key)
+        return tables
+
+
+class TraceRef(BaseModel):
+    """A trace the calibration was fitted on."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    path: str
+    sha256: str | None = None
+    samples: int | None = Field(default=None, ge=0)
+
+
+class Provenance(BaseModel):
+    """Where a calibration came from; extra keys are kept as they are."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    created: str | None = None
+    tool: str | None = None
+    traces: tuple[TraceRef, ...] = ()
+    residuals: dict[str, Any] = Field(default_factory=dict)
+    notes: str = ""
+
+
+def _known_gpu(name: str) -> str:
+    """A GPU key must be in the catalogue (a typo would otherwise be silently unused)."""
+    known = gpu_catalogue()
+    if name not in known:
+        raise ValueError(f"unknown GPU '{name}' (known: {', '.join(sorted(known))})")
+    return name
+
+
+GpuName = Annotated[str, AfterValidator(_known_gpu)]
+
+
+class Calibration(BaseModel):
+    """A calibration file: per-GPU measured tables plus provenance."""
+
+    model_config = Frozen
+    version: Literal[1] = 1
+    provenance: Provenance = Field(default_factory=Provenance)
+    gpus: dict[GpuName, GpuCalibration] = Field(default_factory=dict)
+
+    def for_gpu(self, gpu: str) -> GpuCalibration | None:
+        """The calibration of one GPU type, if the file has one."""
+        return self.gpus.get(gpu)
+
+    def overlap_slowdown(self, gpu: str) -> float | None:
+        """The calibrated compute slowdown under overlapping communication, if any."""
+        g = self.gpus.get(gpu)
+        return None if g is None else g.overlap_slowdown
+
+    def collective(
+        self, gpu: str, tier: str, collective: CollectiveKind | str, group_size: int | None = None
+    ) -> CollectiveTable | None:
+        """The table for a collective on a tier: exact group size first, then size-agnostic."""
+        g = self.gpus.get(gpu)
+        if g is None:
+            return None
+        try:
+            kind = CollectiveKind(collective)
+        except ValueError as exc:
+            raise CostModelError(f"unknown collective '{collective}'") from exc
+        fallback = None
+        for t in g.collectives:
+            if t.collective is kind and t.tier == tier:
+                if t.group_size == group_size:
+                    return t
+                if t.group_size is None:
+                    fallback = t
+        return fallback
+
+
+@dataclass(frozen=True, slots=True)
+class GemmMatch:
+    """What the table says about one query: an exact time, or weighted neighbours."""
+
+    exact_time_s: float | None = None
+    neighbours: tuple[tuple[GemmPoint, float], ...] = ()
+
+
+class GemmIndex:
+    """A numpy index over a GemmTable for fast lookups (built once per kernel model)."""
+
+    def __init__(self, table: GemmTable) -> None:
+        self.table = table
+        self._exact = {p.key: p for p in table.points}
+        by_group: dict[tuple[int, int], list[GemmPoint]] = {}
+        for p in table.points:
+            by_group.setdefault((p.batch, p.dtype_bytes), []).append(p)
+        self._groups = {
+            key: (pts, np.log2(np.array([[p.m, p.n, p.k] for p in pts], dtype=np.float64)))
+            for key, pts in by_group.items()
+        }
+
+    def match(
+        self, m: int, n: int, k: int, batch: int = 1, dtype_bytes: int = 2
+    ) -> GemmMatch | None:
+        """Apply the table's lookup rule to one shape; None when the curve should be used."""
+        hit = self._exact.get((m, n, k, batch, dtype_bytes))
+        if hit is not None:
+            return GemmMatch(exact_time_s=hit.kernel_time_s)
+        group = self._groups.get((batch, dtype_bytes))
+        if group is None or self.table.interpolation == "exact" or min(m, n, k) <= 0:
+            return None
+        pts, logs = group
+        delta = np.abs(logs - np.log2(np.array([m, n, k], dtype=np.float64)))
+        inside = np.flatnonzero(delta.max(axis=1) <= math.log2(self.table.neighbourhood) + 1e-12)
+        if inside.size == 0:
+            return None
+        dist = np.sqrt((delta[inside] ** 2).sum(axis=1))
+        order = np.argsort(dist, kind="stable")
+        keep = order[: 1 if self.table.interpolation == "nearest" else MAX_NEIGHBOURS]
+        weights = 1.0 / dist[keep] ** 2
+        weights /= weights.sum()
+        return GemmMatch(
+            neighbours=tuple(
+                (pts[int(inside[i])], float(w)) for i, w in zip(keep, weights, strict=True)
+            )
+        )
+
+
+def _first_error(exc: ValidationError) -> str:
+    """One line for a pydantic error: the dotted field path and the message."""
+    errors = exc.errors()
+    err = errors[0]
+    loc = ".".join(str(x) for x in err["loc"] if x != "[key]") or "(top level)"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"field '{loc}': {msg}{more}"
+
+
+def calibration_from_mapping(raw: Any, source: str = "<mapping>") -> Calibration:
+    """Validate a parsed mapping as a Calibration; errors name `source` and the field."""
+    if not isinstance(raw, dict):
+        raise CostModelError(f"calibration file {source}: field '(top level)': expected a mapping")
+    try:
+        return Calibration.model_validate(raw)
+    except ValidationError as exc:
+        raise CostModelError(f"calibration file {source}: {_first_error(exc)}") from exc
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration file (JSON if it ends in .json, else YAML)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise CostModelError(f"calibration file {p}: cannot read ({exc.strerror})") from exc
+    try:
+        raw = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        detail = str(exc).splitlines()[0]
+        raise CostModelError(
+            f"calibration file {p}: not valid {p.suffix or 'YAML'} ({detail})"
+        ) from exc
+    return calibration_from_mapping(raw, str(p))
+
+
+def save_calibration(cal: Calibration, path: str | Path) -> None:
+    """Write a calibration file (JSON if it ends in .json, else YAML); loads back equal."""
+    p = Path(path)
+    data = cal.model_dump(mode="json", exclude_none=True)
+    text = (
+        json.dumps(data, indent=2) + "\n"
+        if p.suffix.lower() == ".json"
+        else yaml.safe_dump(data, sort_keys=False)
+    )
+    try:
+        p.write_text(text)
+    except OSError as exc:
+        raise CostModelError(f"calibration file {p}: cannot write ({exc.strerror})") from exc

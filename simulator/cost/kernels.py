@@ -1,0 +1,279 @@
+"""The kernel model: how long a compute op runs on one GPU type.
+
+Why a model rather than a table: the simulator must price shapes nobody has measured (new
+models, other parallel splits), so durations come from a roofline with a fitted GEMM
+efficiency curve; where a calibration file has measured GEMMs, those win (exactly at
+their shapes, by measured/curve ratio in a neighbourhood around them).
+
+Pricing (constants in data/kernel_defaults.yaml, documented there with their sources):
+
+- GEMM: max(FLOPs / (P · s_dtype · eff(m, n, k, batch)), bytes / B) + gemm fixed time,
+  P = the GPU's empirical GEMM peak when known, else `gemm_peak_fraction` · peak;
+  eff from gemm.py (tile and wave quantisation, tile efficiency, k ramp); B = achievable
+  HBM bandwidth (`hbm_efficiency` · spec). A GEMM without a shape runs at P.
+- attention (flash-attention style, FLOPs supplied by the workload, backward already
+  ~2.5x forward): max(FLOPs / (P · s_dtype · f), bytes / B) + gemm fixed time, with f the
+  forward or backward fraction (`op.phase == "bwd"` selects backward; recompute is a
+  forward).
+- elementwise, optimizer, memcpy, quantize: memory-bound,
+  max(FLOPs / (vector_peak_fraction · peak), bytes / B) + min kernel time.
+- every op: + launch overhead (the gap between back-to-back kernels on a stream).
+
+`kernel_time_s` is what a profiler reports as the kernel duration; `duration_s` adds the
+launch overhead and is what the engine uses. Results are cached per distinct op.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from simulator.cost.calibration import Calibration, GemmIndex
+from simulator.cost.gemm import gemm_efficiency
+from simulator.cost.kernel_params import KernelParams, kernel_params
+from simulator.errors import CostModelError
+from topologies.hardware import GpuSpec, gpu_spec
+from workloads.ops import ComputeKind, ComputeOp
+
+OpKey = tuple[ComputeKind, tuple[int, ...], float, float, int, bool]
+MEMORY_BOUND = frozenset(
+    {ComputeKind.ELEMENTWISE, ComputeKind.OPTIMIZER, ComputeKind.MEMCPY, ComputeKind.QUANTIZE}
+)
+
+
+def _op_key(op: ComputeOp) -> OpKey:
+    """What determines an op's duration (the cache key)."""
+    bwd = op.kind is ComputeKind.ATTENTION and op.phase == "bwd"
+    return (op.kind, tuple(op.shape), float(op.flops), float(op.bytes), int(op.dtype_bytes), bwd)
+
+
+def _valid_amounts(op: ComputeOp) -> bool:
+    """FLOPs and bytes are finite and non-negative."""
+    return all(math.isfinite(x) and x >= 0 for x in (op.flops, op.bytes))
+
+
+def _gemm_dims(op: ComputeOp) -> tuple[int, int, int, int] | None:
+    """(m, n, k, batch) of a GEMM op, None when it has no shape; validates the shape."""
+    shape = tuple(op.shape)
+    if not shape:
+        return None
+    if len(shape) not in (3, 4) or any(int(x) != x or x < 0 for x in shape):
+        raise CostModelError(
+            f"GEMM op '{op.name}': shape must be (m, n, k[, batch]) of non-negative "
+            f"integers, got {shape}"
+        )
+    m, n, k = (int(x) for x in shape[:3])
+    return m, n, k, int(shape[3]) if len(shape) == 4 else 1
+
+
+class KernelModel:
+    """Prices compute ops on one GPU type; satisfies the engine's `KernelTimer` protocol.
+
+    `calibration` (optional) overrides the GEMM curve where it has data for this GPU and
+    supplies the overlap slowdown; `params` replaces the packaged defaults (tests, what-ifs).
+    """
+
+    def __init__(
+        self,
+        gpu: GpuSpec | str,
+        *,
+        calibration: Calibration | None = None,
+        params: KernelParams | None = None,
+        defaults_path: str | Path | None = None,
+    ) -> None:
+        self.spec = gpu_spec(gpu) if isinstance(gpu, str) else gpu
+        self.params = params if params is not None else kernel_params(self.spec, defaults_path)
+        self.calibration = calibration
+        gcal = calibration.for_gpu(self.spec.name) if calibration is not None else None
+        table = gcal.gemm if gcal is not None else None
+        self._gemm_index = GemmIndex(table) if table is not None and table.points else None
+        self._cache: dict[OpKey, float] = {}
+
+    # ----------------------------------------------------------------- rates
+    @property
+    def gemm_peak_flops(self) -> float:
+        """P: the empirical GEMM peak if known, else the default fraction of the peak."""
+        emp = self.spec.empirical_gemm_flops
+        return emp if emp is not None else self.params.gemm_peak_fraction * self.spec.peak_flops
+
+    @property
+    def hbm_Bps(self) -> float:
+        """Achievable HBM bandwidth (bytes/s) of streaming kernels."""
+        return self.params.hbm_efficiency * self.spec.hbm_bandwidth_Bps
+
+    @property
+    def launch_overhead_s(self) -> float:
+        """Gap between back-to-back kernels on one stream, added to every op."""
+        return self.params.launch_overhead_s
+
+    @property
+    def overlap_slowdown(self) -> float:
+        """Compute stretch under overlapping communication: calibrated, else the default."""
+        cal = self.calibration.overlap_slowdown(self.spec.name) if self.calibration else None
+        return cal if cal is not None else self.params.overlap_slowdown
+
+    def peak_for_dtype(self, dtype_bytes: int) -> float:
+        """P scaled to a dtype's tensor-core rate (fp8/int8, bf16/fp16, fp32/TF32)."""
+        scale = self.params.dtype_peak_scale.get(int(dtype_bytes))
+        if scale is None:
+            raise CostModelError(
+                f"no GEMM rate for {dtype_bytes}-byte elements on {self.spec.name} "
+                f"(dtype_peak_scale has {sorted(self.params.dtype_peak_scale)})"
+            )
+        return self.gemm_peak_flops * scale
+
+    # ----------------------------------------------------------------- GEMM curve
+    def gemm_efficiency(self, m: int, n: int, k: int, batch: int = 1) -> float:
+        """Fraction of P a GEMM of this shape achieves on the compute side (0..1]."""
+        return float(self._efficiency(m, n, k, batch))
+
+    def _efficiency(
+        self, m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike
+    ) -> NDArray[np.float64]:
+        p = self.params
+        return gemm_efficiency(
+            m,
+            n,
+            k,
+            batch,
+            sm_count=self.spec.sm_count,
+            tiles=p.gemm_tiles,
+            tile_intensity_knee=p.gemm_tile_intensity_knee,
+            k_ramp=p.gemm_k_ramp,
+        )
+
+    def gemm_curve_time_s(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        batch: int = 1,
+        dtype_bytes: int = 2,
+        flops: float | None = None,
+        nbytes: float | None = None,
+    ) -> float:
+        """Kernel time of a GEMM from the curve alone (no calibration, no launch gap).
+
+        FLOPs and bytes default to 2·m·n·k·batch and dtype·(m·k + k·n + m·n)·batch.
+        """
+        f = 2.0 * m * n * k * batch if flops is None else flops
+        b = dtype_bytes * (m * k + k * n + m * n) * batch if nbytes is None else nbytes
+        eff = self.gemm_efficiency(m, n, k, batch)
+        compute = f / (self.peak_for_dtype(dtype_bytes) * eff) if f > 0 else 0.0
+        return max(compute, b / self.hbm_Bps) + self.params.gemm_fixed_s
+
+    def _gemm_kernel_s(self, op: ComputeOp) -> float:
+        """A GEMM: the calibration table where it applies, else the curve."""
+        dims = _gemm_dims(op)
+        if dims is None:
+            compute = op.flops / self.peak_for_dtype(op.dtype_bytes)
+            return max(compute, op.bytes / self.hbm_Bps) + self.params.gemm_fixed_s
+        m, n, k, b = dims
+        curve = self.gemm_curve_time_s(m, n, k, b, op.dtype_bytes, op.flops, op.bytes)
+        match = self._gemm_index.match(m, n, k, b, op.dtype_bytes) if self._gemm_index else None
+        if match is None:
+            return curve
+        if match.exact_time_s is not None:
+            return match.exact_time_s
+        log_ratio = sum(
+            w
+            * math.log(
+                p.kernel_time_s / self.gemm_curve_time_s(p.m, p.n, p.k, p.batch, p.dtype_bytes)
+            )
+            for p, w in match.neighbours
+        )
+        return curve * math.exp(log_ratio)
+
+    # ----------------------------------------------------------------- other kinds
+    def _attention_kernel_s(self, op: ComputeOp) -> float:
+        p = self.params
+        frac = p.attention_bwd_fraction if op.phase == "bwd" else p.attention_fwd_fraction
+        compute = op.flops / (self.peak_for_dtype(op.dtype_bytes) * frac)
+        return max(compute, op.bytes / self.hbm_Bps) + p.gemm_fixed_s
+
+    def _memory_bound_kernel_s(self, op: ComputeOp) -> float:
+        p = self.params
+        compute = op.flops / (p.vector_peak_fraction * self.spec.peak_flops)
+        return max(compute, op.bytes / self.hbm_Bps) + p.min_kernel_s
+
+    # ----------------------------------------------------------------- public API
+    def kernel_time_s(self, op: ComputeOp) -> float:
+        """The kernel's own duration (what a profiler shows), without the launch gap."""
+        if not _valid_amounts(op):
+            raise CostModelError(
+                f"compute op '{op.name}': flops and bytes must be finite and >= 0 "
+                f"(got {op.flops}, {op.bytes})"
+            )
+        if op.kind is ComputeKind.GEMM:
+            return self._gemm_kernel_s(op)
+        if op.kind is ComputeKind.ATTENTION:
+            return self._attention_kernel_s(op)
+        if op.kind in MEMORY_BOUND:
+            return self._memory_bound_kernel_s(op)
+        raise CostModelError(f"compute op '{op.name}': no kernel model for kind '{op.kind}'")
+
+    def duration_s(self, op: ComputeOp) -> float:
+        """Seconds the op occupies its stream: kernel time + launch overhead (cached)."""
+        key = _op_key(op)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self.kernel_time_s(op) + self.params.launch_overhead_s
+            self._cache[key] = hit
+        return hit
+
+    def durations_s(self, ops: Sequence[ComputeOp]) -> NDArray[np.float64]:
+        """`duration_s` of many ops at once; uncached GEMMs on the curve are vectorised."""
+        out = np.empty(len(ops), dtype=np.float64)
+        todo: dict[OpKey, list[int]] = {}
+        for i, op in enumerate(ops):
+            key = _op_key(op)
+            hit = self._cache.get(key)
+            if hit is not None:
+                out[i] = hit
+            else:
+                todo.setdefault(key, []).append(i)
+        curve_keys: list[OpKey] = []
+        for key, idx in todo.items():
+            op = ops[idx[0]]
+            if self._vectorisable(op):
+                curve_keys.append(key)
+            else:
+                self._cache[key] = self.duration_s(op)
+        if curve_keys:
+            self._price_gemm_batch([ops[todo[key][0]] for key in curve_keys], curve_keys)
+        for key, idx in todo.items():
+            out[idx] = self._cache[key]
+        return out
+
+    def _vectorisable(self, op: ComputeOp) -> bool:
+        """A shaped, valid GEMM that the calibration table does not touch."""
+        if op.kind is not ComputeKind.GEMM or not op.shape:
+            return False
+        if not _valid_amounts(op):
+            return False
+        m, n, k, b = _gemm_dims(op) or (0, 0, 0, 1)
+        return (
+            self._gemm_index is None or self._gemm_index.match(m, n, k, b, op.dtype_bytes) is None
+        )
+
+    def _price_gemm_batch(self, ops: list[ComputeOp], keys: list[OpKey]) -> None:
+        """Curve durations of many GEMMs in one numpy pass, stored in the cache."""
+        dims = np.array([_gemm_dims(op) for op in ops], dtype=np.float64)
+        flops = np.array([op.flops for op in ops], dtype=np.float64)
+        nbytes = np.array([op.bytes for op in ops], dtype=np.float64)
+        peak = np.array([self.peak_for_dtype(op.dtype_bytes) for op in ops], dtype=np.float64)
+        eff = self._efficiency(dims[:, 0], dims[:, 1], dims[:, 2], dims[:, 3])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(flops > 0, flops / (peak * eff), 0.0)
+        t = np.maximum(compute, nbytes / self.hbm_Bps) + self.params.gemm_fixed_s
+        t += self.params.launch_overhead_s
+        for key, value in zip(keys, t.tolist(), strict=True):
+            self._cache[key] = value
+
+    def cache_size(self) -> int:
+        """Number of distinct ops priced so far."""
+        return len(self._cache)
