@@ -156,6 +156,9 @@ class ContentionNetwork:
 
     def _start_phase(self, act: Activation, bundle: Bundle, index: int, extra_s: float = 0.0) -> None:
         if index >= len(bundle.phases):
+            if extra_s > 0:  # a bundle without phases (size-1 group) still pays the overhead
+                self._after(to_ps(extra_s), lambda: self._start_phase(act, bundle, index))
+                return
             act.open_bundles -= 1
             if act.open_bundles == 0:
                 act.on_done(int(self.env.now))

@@ -261,8 +261,6 @@ class CollectivePricer:
     # ---------------------------------------------------------------- pricing
     def estimate_time_s(self, bundle: Bundle, nbytes: float) -> float:
         """Time of a bundle alone on the network, its own flows sharing links fairly."""
-        if not bundle.phases:
-            return 0.0
         t = self.params.collective_overhead_s
         for ph in bundle.phases:
             t += ph.latency_s
@@ -271,9 +269,8 @@ class CollectivePricer:
         return t
 
     def alpha_beta_time_s(self, bundle: Bundle, nbytes: float) -> float:
-        """Isolated time of a bundle: per phase latency + bytes over the bottleneck rate."""
-        if not bundle.phases:
-            return 0.0
+        """Isolated time of a bundle: per phase latency + bytes over the bottleneck rate
+        (a size-1 group still pays the collective's launch overhead)."""
         t = self.params.collective_overhead_s
         for ph in bundle.phases:
             t += ph.latency_s

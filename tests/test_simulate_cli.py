@@ -1,0 +1,102 @@
+"""`axsim simulate`: the JSON contract, outputs, the Perfetto trace and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+
+CONTRACT = {
+    "iteration_time_s", "compute_time_s", "exposed_comm_time_s", "comm_time_by_group_s",
+    "model_flops_per_iteration", "pflops_total", "tflops_per_gpu", "percent_of_advertised_peak",
+    "percent_of_empirical_peak", "memory_per_gpu_bytes", "fits_in_memory", "grid", "machine",
+    "gpus", "model", "engine_mode", "wall_time_s", "events",
+}
+SMALL = ["--machine", "dgx-h100", "--gpus", "16", "--model", "gpt-tiny", "--batch-tokens", "4096"]
+
+
+def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", *SMALL, "--grid", "2,2,2,2", "--json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out)  # exactly one JSON object on stdout
+    assert CONTRACT <= set(report)
+    assert set(report["comm_time_by_group_s"]) >= {"x", "y", "z", "data"}
+    assert report["grid"] == {"x": 2, "y": 2, "z": 2, "data": 2}
+    assert report["gpus"] == 16 and report["machine"] == "dgx-h100" and report["model"] == "gpt-tiny"
+    assert report["engine_mode"] == "symmetric"
+    assert report["iteration_time_s"] > 0 and report["events"] > 0
+    assert report["pflops_total"] == pytest.approx(report["model_flops_per_iteration"] / report["iteration_time_s"] / 1e15)
+    assert report["fits_in_memory"] is True
+
+
+def test_full_and_symmetric_reports_agree(capsys: pytest.CaptureFixture[str]) -> None:
+    outs = []
+    for mode in ("full", "symmetric"):
+        assert main(["simulate", *SMALL, "--grid", "2,1,2,4", "--engine", mode, "--json"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0]["engine_mode"] == "full" and outs[1]["engine_mode"] == "symmetric"
+    assert outs[0]["iteration_time_s"] == outs[1]["iteration_time_s"]
+
+
+def test_outputs_and_perfetto_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["simulate", *SMALL, "--grid", "2,2,2,2", "--out", str(out), "--trace-ranks", "0-3", "--json"]) == 0
+    capsys.readouterr()
+    for name in ("report.json", "config.resolved.yaml", "timeline.csv", "links.csv", "trace.json"):
+        assert (out / name).is_file()
+    trace = json.loads((out / "trace.json").read_text())
+    events = trace["traceEvents"]
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    assert {e["pid"] for e in kernels} == {0, 1, 2, 3}
+    for e in kernels:
+        assert {"name", "pid", "tid", "ts", "dur", "args"} <= set(e) and e["dur"] >= 0
+    nccl = [e for e in kernels if e["name"].startswith("ncclDevKernel_")]
+    assert nccl and all("Collective name" in e["args"] and "In msg nelems" in e["args"] for e in nccl)
+    flows = [e for e in events if e.get("ph") in ("s", "f")]
+    assert flows and {e["ph"] for e in flows} == {"s", "f"}
+    names = [e for e in events if e.get("ph") == "M" and e["name"] == "thread_name"]
+    assert names
+    header = (out / "timeline.csv").read_text().splitlines()[0]
+    assert header.startswith("rank,stream,name,kind,group")
+    # the resolved config reproduces the run
+    assert main(["simulate", str(out / "config.resolved.yaml"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    first = json.loads((out / "report.json").read_text())
+    assert again["iteration_time_s"] == first["iteration_time_s"]
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--gpus", "8", "--machine", "dgx-h100", "--grid", "3,1,1,1"], "does not equal the 8 GPUs"),
+        (["--gpus", "6", "--machine", "dgx-h100"], "not a multiple of 8"),
+        (["--model", "gpt-9000"], "unknown model 'gpt-9000'"),
+        (["--machine", "summit"], "unknown machine 'summit'"),
+        (["--set", "engine.foo=1"], "engine.foo: unknown field"),
+        (["--set", "nonsense"], "expected section.field=value"),
+        (["--grid", "a,b"], "--grid"),
+        (["--overlap", "xyz"], "unknown flag 'xyz'"),
+        ([*SMALL[:6], "--batch-tokens", "96", "--grid", "1,1,2,8"], "not divisible by data*z"),
+        ([*SMALL[:6], "--batch-tokens", "100"], "not a multiple of model.seq_len"),
+        (["--gpus", "-8"], "greater than 0"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("axsim: error:")
+    assert needle in err
+
+
+def test_strict_memory_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--machine", "perlmutter", "--gpus", "8", "--model", "gpt-20b", "--grid", "1,1,1,8",
+            "--batch-tokens", "16384", "--set", "training.microbatch_sequences=1"]
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", *args, "--json", "--strict-memory"])
+    assert e.value.code == 3
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["fits_in_memory"] is False
+    assert "warning: needs" in captured.err
