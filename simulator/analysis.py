@@ -41,7 +41,9 @@ def length(starts: np.ndarray, ends: np.ndarray) -> float:
     return float((e - s).sum())
 
 
-def intersection_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
+def intersection_length(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> float:
     """Length of the intersection of two disjoint sorted interval sets."""
     (sa, ea), (sb, eb) = a, b
     i = j = 0
@@ -83,9 +85,15 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
     overlapped = intersection_length(cu, mu)
     span = float(tl.end_s.max(initial=0.0) - tl.start_s.min(initial=0.0)) if len(tl) else 0.0
     groups = sorted({str(g) for g in tl.group[comm]})
-    comm_by_group = {g: length(tl.start_s[comm & (tl.group == g)], tl.end_s[comm & (tl.group == g)]) for g in groups}
+    comm_by_group = {
+        g: length(tl.start_s[comm & (tl.group == g)], tl.end_s[comm & (tl.group == g)])
+        for g in groups
+    }
     kinds = sorted({str(k) for k in tl.kind[comp]})
-    compute_by_kind = {k: float((tl.end_s[comp & (tl.kind == k)] - tl.start_s[comp & (tl.kind == k)]).sum()) for k in kinds}
+    compute_by_kind = {
+        k: float((tl.end_s[comp & (tl.kind == k)] - tl.start_s[comp & (tl.kind == k)]).sum())
+        for k in kinds
+    }
     return RankBreakdown(
         span_s=span,
         compute_s=compute_s,
@@ -98,7 +106,12 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
     )
 
 
-def _exposed_by_group(tl: RankTimeline, comm: np.ndarray, compute_union: tuple[np.ndarray, np.ndarray], groups: list[str]) -> dict[str, float]:
+def _exposed_by_group(
+    tl: RankTimeline,
+    comm: np.ndarray,
+    compute_union: tuple[np.ndarray, np.ndarray],
+    groups: list[str],
+) -> dict[str, float]:
     """Sweep line over communication and compute edges; exposed instants are shared
     equally among the groups in flight."""
     out = dict.fromkeys(groups, 0.0)
@@ -112,8 +125,12 @@ def _exposed_by_group(tl: RankTimeline, comm: np.ndarray, compute_union: tuple[n
     us, ue = compute_union
     times = np.concatenate([cs, ce, us, ue])
     # event deltas: comm counts per group, compute counter
-    kind = np.concatenate([np.zeros(cs.size), np.zeros(ce.size), np.ones(us.size), np.ones(ue.size)]).astype(np.int8)
-    delta = np.concatenate([np.ones(cs.size), -np.ones(ce.size), np.ones(us.size), -np.ones(ue.size)])
+    kind = np.concatenate(
+        [np.zeros(cs.size), np.zeros(ce.size), np.ones(us.size), np.ones(ue.size)]
+    ).astype(np.int8)
+    delta = np.concatenate(
+        [np.ones(cs.size), -np.ones(ce.size), np.ones(us.size), -np.ones(ue.size)]
+    )
     grp = np.concatenate([gi, gi, np.full(us.size + ue.size, -1)])
     order = np.lexsort((delta, times))
     active = np.zeros(len(groups), dtype=np.int64)

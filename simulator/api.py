@@ -1,9 +1,9 @@
 """The Python API: everything the CLI does is one call from here.
 
-    from simulator.api import simulate
-    from simulator.config import load_config
-    result = simulate(load_config())           # the embedded default
-    print(result.report.iteration_time_s)
+from simulator.api import simulate
+from simulator.config import load_config
+result = simulate(load_config())           # the embedded default
+print(result.report.iteration_time_s)
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
 
     kernels = KernelModel(gpu, calibration=calibration)
     params = network_params_for(topology, config.engine.calibration)
-    cost = build_cost_model(config, topology, kernels, params, overlap_slowdown=kernels.overlap_slowdown)
+    cost = build_cost_model(
+        config, topology, kernels, params, overlap_slowdown=kernels.overlap_slowdown
+    )
     plan = build_plan(config, topology, gpu)
     stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}
     engine = Engine(

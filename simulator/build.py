@@ -42,9 +42,13 @@ def build_cost_model(
     overlap_slowdown: float = 1.0,
 ) -> CostModel:
     """CostModel for an experiment: kernel timer, collective pricer, network fidelity."""
-    pricer = CollectivePricer(topology, params or default_network_params(), config.engine.collective_algorithm)
+    pricer = CollectivePricer(
+        topology, params or default_network_params(), config.engine.collective_algorithm
+    )
     slowdown = config.engine.compute_slowdown_under_overlap or overlap_slowdown
-    return CostModel(kernels=kernels, pricer=pricer, network=config.engine.network, overlap_slowdown=slowdown)
+    return CostModel(
+        kernels=kernels, pricer=pricer, network=config.engine.network, overlap_slowdown=slowdown
+    )
 
 
 def network_params_for(topology: Topology, calibration: str | None = None) -> NetworkParams:

@@ -32,7 +32,6 @@ COMMAND_MODULES = (
 )
 
 
-
 @click.group(name="axsim", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="axsim", prog_name="axsim")
 def app() -> None:
@@ -90,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ImportError as e:
         if getattr(e, "name", None) in _optional_modules():
-            print(f"axsim: error: {e.name} is not installed ({_optional_modules()[e.name]})", file=sys.stderr)
+            print(
+                f"axsim: error: {e.name} is not installed ({_optional_modules()[e.name]})",
+                file=sys.stderr,
+            )
             return 2
         raise
     except BrokenPipeError:

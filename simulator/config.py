@@ -234,7 +234,9 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, raw = item.split("=", 1)
     parts = [p for p in key.strip().split(".") if p]
     if len(parts) < 2:
-        raise ConfigError(f"--set {item!r}: the key must name a section and a field, e.g. engine.mode")
+        raise ConfigError(
+            f"--set {item!r}: the key must name a section and a field, e.g. engine.mode"
+        )
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:

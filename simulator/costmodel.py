@@ -37,7 +37,9 @@ class RooflineKernels:
 
     def duration_s(self, op: ComputeOp) -> float:
         t_flops = op.flops / self.flops_per_s if op.flops else 0.0
-        t_bytes = op.bytes / self.bytes_per_s if op.bytes and self.bytes_per_s != float("inf") else 0.0
+        t_bytes = (
+            op.bytes / self.bytes_per_s if op.bytes and self.bytes_per_s != float("inf") else 0.0
+        )
         if op.kind is ComputeKind.MEMCPY and not op.flops:
             t_flops = 0.0
         return max(t_flops, t_bytes) + self.launch_overhead_s

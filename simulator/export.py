@@ -65,24 +65,34 @@ def parse_trace_ranks(text: str | None, world: int) -> list[int]:
             else:
                 out.append(int(part))
         except ValueError:
-            raise ConfigError(f"--trace-ranks: cannot read '{part}' (use e.g. 0-3,16 or all)") from None
+            raise ConfigError(
+                f"--trace-ranks: cannot read '{part}' (use e.g. 0-3,16 or all)"
+            ) from None
     bad = [r for r in out if not 0 <= r < world]
     if bad:
         raise ConfigError(f"--trace-ranks: rank {bad[0]} is outside 0..{world - 1}")
     return sorted(set(out))
 
 
-def write_outputs(result: Result, out_dir: str | Path, trace_ranks: list[int] | None = None) -> list[Path]:
+def write_outputs(
+    result: Result, out_dir: str | Path, trace_ranks: list[int] | None = None
+) -> list[Path]:
     """Write all output files; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ranks = trace_ranks if trace_ranks is not None else default_trace_ranks(result.engine.timeline.world_size)
+    ranks = (
+        trace_ranks
+        if trace_ranks is not None
+        else default_trace_ranks(result.engine.timeline.world_size)
+    )
     paths = [
         _write_json(out / "report.json", result.report.to_json()),
         _write_text(out / "config.resolved.yaml", result.config.to_yaml()),
         write_timeline_csv(out / "timeline.csv", (result.engine.timeline.rank(r) for r in ranks)),
         write_links_csv(out / "links.csv", result),
-        write_chrome_trace(out / "trace.json", [result.engine.timeline.rank(r) for r in ranks], result),
+        write_chrome_trace(
+            out / "trace.json", [result.engine.timeline.rank(r) for r in ranks], result
+        ),
     ]
     return paths
 
@@ -111,13 +121,38 @@ def write_timeline_csv(path: Path, timelines: Iterable[RankTimeline]) -> Path:
     """One row per op per rank (the Timeline schema)."""
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["rank", "stream", "name", "kind", "group", "phase", "start_s", "end_s", "sync_start_s", "bytes", "flops"])
+        w.writerow(
+            [
+                "rank",
+                "stream",
+                "name",
+                "kind",
+                "group",
+                "phase",
+                "start_s",
+                "end_s",
+                "sync_start_s",
+                "bytes",
+                "flops",
+            ]
+        )
         for tl in timelines:
             sync = tl.sync_start_s if tl.sync_start_s is not None else tl.start_s
             for i in range(len(tl)):
                 w.writerow(
-                    [tl.rank, tl.stream[i], tl.name[i], tl.kind[i], tl.group[i], tl.phase[i],
-                     f"{tl.start_s[i]:.12g}", f"{tl.end_s[i]:.12g}", f"{sync[i]:.12g}", f"{tl.bytes[i]:.12g}", f"{tl.flops[i]:.12g}"]
+                    [
+                        tl.rank,
+                        tl.stream[i],
+                        tl.name[i],
+                        tl.kind[i],
+                        tl.group[i],
+                        tl.phase[i],
+                        f"{tl.start_s[i]:.12g}",
+                        f"{tl.end_s[i]:.12g}",
+                        f"{sync[i]:.12g}",
+                        f"{tl.bytes[i]:.12g}",
+                        f"{tl.flops[i]:.12g}",
+                    ]
                 )
     return path
 
@@ -133,8 +168,17 @@ def write_links_csv(path: Path, result: Result) -> Path:
         for i in np.flatnonzero(lb > 0):
             link = topo.link(int(i))
             util = lb[i] / (link.bandwidth_Bps * t) if t > 0 else 0.0
-            w.writerow([int(i), topo.device_name(link.src), topo.device_name(link.dst), link.kind.value,
-                        f"{link.bandwidth_Bps / 1e9:g}", f"{lb[i]:.6g}", f"{util:.6g}"])
+            w.writerow(
+                [
+                    int(i),
+                    topo.device_name(link.src),
+                    topo.device_name(link.dst),
+                    link.kind.value,
+                    f"{link.bandwidth_Bps / 1e9:g}",
+                    f"{lb[i]:.6g}",
+                    f"{util:.6g}",
+                ]
+            )
     return path
 
 
@@ -147,14 +191,48 @@ def chrome_trace_events(timelines: list[RankTimeline], world_size: int) -> list[
     for tl in timelines:
         pid = int(tl.rank)
         streams = {s: i + 7 for i, s in enumerate(dict.fromkeys(str(x) for x in tl.stream))}
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"GPU {pid} (rank {pid})"}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "tid": 0,
+                "args": {"name": f"GPU {pid} (rank {pid})"},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": pid},
+            }
+        )
         for s, tid in streams.items():
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"stream {tid} {s}"}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"name": f"stream {tid} {s}"},
+                }
+            )
         t0 = float(tl.start_s.min(initial=0.0))
         t1 = float(tl.end_s.max(initial=0.0))
-        events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#0", "pid": pid,
-                       "tid": streams.get("compute", 7), "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "args": {}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": "ProfilerStep#0",
+                "pid": pid,
+                "tid": streams.get("compute", 7),
+                "ts": t0 * 1e6,
+                "dur": (t1 - t0) * 1e6,
+                "args": {},
+            }
+        )
         occurrence: dict[tuple[str, str], int] = {}
         for i in range(len(tl)):
             kind = str(tl.kind[i])
@@ -163,15 +241,29 @@ def chrome_trace_events(timelines: list[RankTimeline], world_size: int) -> list[
             tid = streams[str(tl.stream[i])]
             ts = float(tl.start_s[i]) * 1e6
             dur = float(tl.end_s[i] - tl.start_s[i]) * 1e6
-            args: dict[str, object] = {"device": pid, "stream": tid, "correlation": correlation, "External id": correlation}
+            args: dict[str, object] = {
+                "device": pid,
+                "stream": tid,
+                "correlation": correlation,
+                "External id": correlation,
+            }
             correlation += 1
             name = str(tl.name[i])
             if kind in COMM_KINDS:
                 group = str(tl.group[i])
                 nelems = int(tl.bytes[i] // 2)
-                args.update({"Collective name": COLLECTIVE_NAMES[kind], "In msg nelems": nelems, "Out msg nelems": nelems,
-                             "dtype": "BFloat16", "Process Group Name": group, "Process Group Description": group,
-                             "bytes": float(tl.bytes[i]), "op": name})
+                args.update(
+                    {
+                        "Collective name": COLLECTIVE_NAMES[kind],
+                        "In msg nelems": nelems,
+                        "Out msg nelems": nelems,
+                        "dtype": "BFloat16",
+                        "Process Group Name": group,
+                        "Process Group Description": group,
+                        "bytes": float(tl.bytes[i]),
+                        "op": name,
+                    }
+                )
                 name = f"ncclDevKernel_{NCCL_NAMES[kind]}_{name}"
                 key = (group, name, occurrence.setdefault((group, name), 0))
                 occurrence[(group, name)] += 1
@@ -180,12 +272,46 @@ def chrome_trace_events(timelines: list[RankTimeline], world_size: int) -> list[
                     flow_first[key] = (pid, ts, tid)
                 elif first[0] != pid:
                     flow_id += 1
-                    events.append({"ph": "s", "cat": "collective", "name": "collective", "id": flow_id, "pid": first[0], "tid": first[2], "ts": first[1]})
-                    events.append({"ph": "f", "bp": "e", "cat": "collective", "name": "collective", "id": flow_id, "pid": pid, "tid": tid, "ts": ts})
+                    events.append(
+                        {
+                            "ph": "s",
+                            "cat": "collective",
+                            "name": "collective",
+                            "id": flow_id,
+                            "pid": first[0],
+                            "tid": first[2],
+                            "ts": first[1],
+                        }
+                    )
+                    events.append(
+                        {
+                            "ph": "f",
+                            "bp": "e",
+                            "cat": "collective",
+                            "name": "collective",
+                            "id": flow_id,
+                            "pid": pid,
+                            "tid": tid,
+                            "ts": ts,
+                        }
+                    )
             else:
-                args.update({"flops": float(tl.flops[i]), "bytes": float(tl.bytes[i]), "kind": kind})
+                args.update(
+                    {"flops": float(tl.flops[i]), "bytes": float(tl.bytes[i]), "kind": kind}
+                )
             args["phase"] = str(tl.phase[i])
-            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": ts,
+                    "dur": dur,
+                    "args": args,
+                }
+            )
     return events
 
 
@@ -194,7 +320,11 @@ def write_chrome_trace(path: Path, timelines: list[RankTimeline], result: Result
     doc = {
         "schemaVersion": 1,
         "displayTimeUnit": "ms",
-        "distributedInfo": {"backend": "nccl", "rank": timelines[0].rank if timelines else 0, "world_size": world},
+        "distributedInfo": {
+            "backend": "nccl",
+            "rank": timelines[0].rank if timelines else 0,
+            "world_size": world,
+        },
         "deviceProperties": [{"id": 0, "name": result.report.gpu}],
         "traceName": f"axsim {result.report.model} on {result.report.gpus} {result.report.gpu}",
         "traceEvents": chrome_trace_events(timelines, world),

@@ -47,7 +47,11 @@ def bus_factor(kind: CollectiveKind, p: int) -> float:
         return 1.0
     if kind is CollectiveKind.ALL_REDUCE:
         return 2.0 * (p - 1) / p
-    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+    if kind in (
+        CollectiveKind.ALL_GATHER,
+        CollectiveKind.REDUCE_SCATTER,
+        CollectiveKind.ALL_TO_ALL,
+    ):
         return (p - 1) / p
     return 1.0
 
@@ -57,7 +61,9 @@ def strided_instances(num_gpus: int, group: int, stride: int, instances: str) ->
     if group < 1 or stride < 1:
         raise ConfigError(f"--group and --placement must be positive, got {group} and {stride}")
     if group * stride > num_gpus:
-        raise ConfigError(f"--group {group} with --placement {stride} needs {group * stride} GPUs; the topology has {num_gpus}")
+        raise ConfigError(
+            f"--group {group} with --placement {stride} needs {group * stride} GPUs; the topology has {num_gpus}"
+        )
     if instances == "one":
         return (np.arange(group, dtype=np.int64) * stride)[None, :]
     if num_gpus % (group * stride):
@@ -67,7 +73,9 @@ def strided_instances(num_gpus: int, group: int, stride: int, instances: str) ->
     return strided_groups(num_gpus, group, stride)
 
 
-def _graph(kind: CollectiveKind, members: np.ndarray, nbytes: float, algorithm: str | None, world: int) -> OpGraph:
+def _graph(
+    kind: CollectiveKind, members: np.ndarray, nbytes: float, algorithm: str | None, world: int
+) -> OpGraph:
     p = members.shape[1]
     if kind is CollectiveKind.SEND_RECV:
         if p != 2:
@@ -112,7 +120,9 @@ def collective_sweep(
     if instances not in ("all", "one"):
         raise ConfigError(f"--instances must be 'all' or 'one', got '{instances}'")
     members = strided_instances(topology.num_gpus, group, stride, instances)
-    pricer = CollectivePricer(topology, params if params is not None else default_network_params(), algorithm)
+    pricer = CollectivePricer(
+        topology, params if params is not None else default_network_params(), algorithm
+    )
     cost = CostModel(RooflineKernels(1e15), pricer, network)
     world = topology.num_gpus
     out = []
@@ -122,7 +132,12 @@ def collective_sweep(
         graph = _graph(kind, members, float(size), None, world)
         res = Engine(graph, topology, cost, mode="symmetric", steady_state=False).run()
         t = res.iteration_time_s
-        chosen = pricer.bundles(kind, members if kind is not CollectiveKind.SEND_RECV else members[:, :2], float(size), key=("probe", kind, size))
+        chosen = pricer.bundles(
+            kind,
+            members if kind is not CollectiveKind.SEND_RECV else members[:, :2],
+            float(size),
+            key=("probe", kind, size),
+        )
         algbw = size / t / 1e9 if t > 0 else float("inf")
         out.append(
             CollectiveResult(

@@ -35,15 +35,26 @@ def render_report(report: Report, console: Console | None = None) -> None:
     summary.add_column(justify="left")
     summary.add_column(justify="right")
     summary.add_row("iteration time", f"[bold]{format_seconds(t)}[/]")
-    summary.add_row("model FLOP/s", f"{report.pflops_total:.1f} PFLOP/s total, {report.tflops_per_gpu:.1f} TFLOP/s per GPU")
-    emp = f", {report.percent_of_empirical_peak:.1f}% of empirical GEMM peak" if report.percent_of_empirical_peak is not None else ""
-    summary.add_row("efficiency", f"{report.percent_of_advertised_peak:.1f}% of advertised peak{emp}")
+    summary.add_row(
+        "model FLOP/s",
+        f"{report.pflops_total:.1f} PFLOP/s total, {report.tflops_per_gpu:.1f} TFLOP/s per GPU",
+    )
+    emp = (
+        f", {report.percent_of_empirical_peak:.1f}% of empirical GEMM peak"
+        if report.percent_of_empirical_peak is not None
+        else ""
+    )
+    summary.add_row(
+        "efficiency", f"{report.percent_of_advertised_peak:.1f}% of advertised peak{emp}"
+    )
     fit = "[green]fits[/]" if report.fits_in_memory else "[bold red]DOES NOT FIT[/]"
     summary.add_row(
         "memory per GPU",
         f"{format_bytes(report.memory_per_gpu_bytes)} of {format_bytes(report.memory_capacity_bytes)} ({fit})",
     )
-    params = ", ".join(f"{k}={v}" for k, v in report.parameters.items() if k not in ("strategy", "grid"))
+    params = ", ".join(
+        f"{k}={v}" for k, v in report.parameters.items() if k not in ("strategy", "grid")
+    )
     summary.add_row("parameters", escape(params))
     c.print(Panel(summary, title=head, expand=False))
 
@@ -51,14 +62,28 @@ def render_report(report: Report, console: Console | None = None) -> None:
     time_table.add_column("component")
     time_table.add_column("time", justify="right")
     time_table.add_column("of iteration", justify="right")
-    time_table.add_row("compute", format_seconds(report.compute_time_s), _pct(report.compute_time_s, t))
+    time_table.add_row(
+        "compute", format_seconds(report.compute_time_s), _pct(report.compute_time_s, t)
+    )
     for kind, v in sorted(report.compute_by_kind_s.items(), key=lambda kv: -kv[1]):
         time_table.add_row(f"  {kind}", format_seconds(v), _pct(v, t))
-    time_table.add_row("exposed communication", format_seconds(report.exposed_comm_time_s), _pct(report.exposed_comm_time_s, t))
+    time_table.add_row(
+        "exposed communication",
+        format_seconds(report.exposed_comm_time_s),
+        _pct(report.exposed_comm_time_s, t),
+    )
     for group, v in report.comm_time_by_group_s.items():
         total = report.comm_total_by_group_s.get(group, 0.0)
-        time_table.add_row(f"  {group} (exposed / in flight)", f"{format_seconds(v)} / {format_seconds(total)}", _pct(v, t))
-    time_table.add_row("overlapped communication", format_seconds(report.overlapped_comm_time_s), _pct(report.overlapped_comm_time_s, t))
+        time_table.add_row(
+            f"  {group} (exposed / in flight)",
+            f"{format_seconds(v)} / {format_seconds(total)}",
+            _pct(v, t),
+        )
+    time_table.add_row(
+        "overlapped communication",
+        format_seconds(report.overlapped_comm_time_s),
+        _pct(report.overlapped_comm_time_s, t),
+    )
     c.print(time_table)
 
     if report.busiest_links:
@@ -66,7 +91,13 @@ def render_report(report: Report, console: Console | None = None) -> None:
         for col in ("link", "kind", "GB/s", "bytes", "utilisation"):
             links.add_column(col, justify="right" if col != "link" else "left")
         for u in report.busiest_links:
-            links.add_row(f"{u.src} -> {u.dst}", u.kind, f"{u.bandwidth_GBps:g}", format_bytes(u.bytes), f"{100 * u.utilization:.1f}%")
+            links.add_row(
+                f"{u.src} -> {u.dst}",
+                u.kind,
+                f"{u.bandwidth_GBps:g}",
+                format_bytes(u.bytes),
+                f"{100 * u.utilization:.1f}%",
+            )
         c.print(links)
     c.print(
         f"[dim]simulated {report.ops_simulated:,} of {report.ops_represented:,} ops "

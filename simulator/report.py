@@ -77,7 +77,9 @@ class Report:
         return d
 
 
-def busiest_links(topology: Topology, link_bytes: np.ndarray, span_s: float, top: int = 8) -> list[LinkUsage]:
+def busiest_links(
+    topology: Topology, link_bytes: np.ndarray, span_s: float, top: int = 8
+) -> list[LinkUsage]:
     """The links that carried the most bytes, with their average utilisation."""
     if link_bytes.size == 0 or span_s <= 0:
         return []

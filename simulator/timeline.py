@@ -141,7 +141,11 @@ class Timeline:
 
     @classmethod
     def from_rank_timelines(
-        cls, timelines: Sequence[RankTimeline], world_size: int | None = None, source: str = "measured", **kw: object
+        cls,
+        timelines: Sequence[RankTimeline],
+        world_size: int | None = None,
+        source: str = "measured",
+        **kw: object,
     ) -> Timeline:
         by_rank = {t.rank: t for t in timelines}
         ranks = tuple(sorted(by_rank))

@@ -18,7 +18,7 @@ def parse_bytes(text: str, field: str = "--bytes") -> int:
     value = float(m.group(1)) * _BINARY[m.group(2).lower()]
     if value <= 0:
         raise ConfigError(f"{field}: size must be positive, got '{text}'")
-    return int(round(value))
+    return round(value)
 
 
 def parse_size_sweep(text: str, factor: float = 2.0, field: str = "--bytes") -> list[int]:
@@ -34,7 +34,7 @@ def parse_size_sweep(text: str, factor: float = 2.0, field: str = "--bytes") -> 
     sizes = []
     v = float(lo)
     while v <= hi * (1 + 1e-12):
-        sizes.append(int(round(v)))
+        sizes.append(round(v))
         v *= factor
     return sizes
 

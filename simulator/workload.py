@@ -33,7 +33,9 @@ class WorkloadPlan:
 PlanBuilder = Callable[[ExperimentConfig, TransformerSpec, Topology, GpuSpec], WorkloadPlan]
 
 
-def _axonn_plan(config: ExperimentConfig, spec: TransformerSpec, topology: Topology, gpu: GpuSpec) -> WorkloadPlan:
+def _axonn_plan(
+    config: ExperimentConfig, spec: TransformerSpec, topology: Topology, gpu: GpuSpec
+) -> WorkloadPlan:
     from workloads.axonn.workload import (
         TrainingSetup,
         build_axonn_workload,
@@ -46,11 +48,17 @@ def _axonn_plan(config: ExperimentConfig, spec: TransformerSpec, topology: Topol
     params = config.parallel
     assert isinstance(params, AxonnParallel)
     t = config.training
-    training = TrainingSetup(t.batch_tokens, t.microbatch_sequences, t.activation_checkpointing, t.optimizer)
+    training = TrainingSetup(
+        t.batch_tokens, t.microbatch_sequences, t.activation_checkpointing, t.optimizer
+    )
     gpus = topology.num_gpus if config.cluster.num_gpus is None else config.cluster.num_gpus
-    grid = params.grid or heuristic_grid(spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes)
+    grid = params.grid or heuristic_grid(
+        spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes
+    )
     per_gpu = check_grid(spec, grid, params, training, gpus)
-    mbs = t.microbatch_sequences or choose_microbatch(spec, grid, params, training, per_gpu, gpu.memory_bytes)
+    mbs = t.microbatch_sequences or choose_microbatch(
+        spec, grid, params, training, per_gpu, gpu.memory_bytes
+    )
     graph = build_axonn_workload(spec, params, grid, training, mbs)
     memory = memory_for(spec, grid, params, training, mbs).as_dict()
     return WorkloadPlan(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import networkx as nx
 import numpy as np
 
@@ -31,14 +33,23 @@ class ShortestPathRouter:
 
     def route(self, topology: Topology, src: int, dst: int) -> Route:
         path = nx.shortest_path(topology.graph, src, dst)
-        links = tuple(topology.graph.edges[a, b]["id"] for a, b in zip(path, path[1:], strict=False))
+        links = tuple(topology.graph.edges[a, b]["id"] for a, b in itertools.pairwise(path))
         return Route(paths=(links,), weights=(1.0,))
 
 
-def build_graph_topology(num_gpus: int, num_switches: int, edges: list[tuple[int, int, float]], gpus_per_node: int | None = None) -> Topology:
+def build_graph_topology(
+    num_gpus: int,
+    num_switches: int,
+    edges: list[tuple[int, int, float]],
+    gpus_per_node: int | None = None,
+) -> Topology:
     """GPUs 0..num_gpus-1 then switches; `edges` (a, b, GB/s) become links in both directions."""
     n = num_gpus + num_switches
-    kinds = np.array([device_kind_code(DeviceKind.GPU)] * num_gpus + [device_kind_code(DeviceKind.SWITCH)] * num_switches, dtype=np.int8)
+    kinds = np.array(
+        [device_kind_code(DeviceKind.GPU)] * num_gpus
+        + [device_kind_code(DeviceKind.SWITCH)] * num_switches,
+        dtype=np.int8,
+    )
     per = gpus_per_node or num_gpus
     node = np.array([i // per for i in range(num_gpus)] + [-1] * num_switches, dtype=np.int32)
     local = np.array([i % per for i in range(num_gpus)] + list(range(num_switches)), dtype=np.int32)
@@ -50,7 +61,9 @@ def build_graph_topology(num_gpus: int, num_switches: int, edges: list[tuple[int
     m = len(src)
     return Topology(
         name="test",
-        devices=DeviceTable(kind=kinds, node=node, local_index=local, group=np.full(n, -1, dtype=np.int32)),
+        devices=DeviceTable(
+            kind=kinds, node=node, local_index=local, group=np.full(n, -1, dtype=np.int32)
+        ),
         links=LinkTable(
             src=np.array(src, dtype=np.int64),
             dst=np.array(dst, dtype=np.int64),
@@ -65,7 +78,12 @@ def build_graph_topology(num_gpus: int, num_switches: int, edges: list[tuple[int
     )
 
 
-def graph_of(rank_ops: dict[int, list[Op]], groups: dict[str, list[list[int]]], world: int, classes: list[int] | None = None) -> OpGraph:
+def graph_of(
+    rank_ops: dict[int, list[Op]],
+    groups: dict[str, list[list[int]]],
+    world: int,
+    classes: list[int] | None = None,
+) -> OpGraph:
     g = OpGraph.from_rank_ops(rank_ops, ProcessGroups(world, groups))
     if classes is not None:
         g.rank_class = np.asarray(classes, dtype=np.int64)

@@ -18,7 +18,12 @@ from workloads.axonn.memory import axonn_memory, shard_params
 from workloads.axonn.params import AxonnParallel, Grid
 from workloads.axonn.workload import TrainingSetup, build_axonn_workload
 from workloads.errors import WorkloadError
-from workloads.models import TransformerSpec, model_flops_per_iteration, model_presets, published_gpt_flops
+from workloads.models import (
+    TransformerSpec,
+    model_flops_per_iteration,
+    model_presets,
+    published_gpt_flops,
+)
 from workloads.ops import CollectiveOp
 
 SPEC = TransformerSpec(name="t", layers=2, hidden=64, heads=8, seq_len=32, vocab=128)
@@ -34,13 +39,21 @@ def test_rank_order_and_groups_follow_axonn() -> None:
     assert groups["x"].members.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert groups["y"].members.tolist() == [[0, 2], [1, 3], [4, 6], [5, 7]]
     assert groups["z"].members.tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    x, y, z, d = coordinates(np.arange(8), g)
+    x, _y, z, _d = coordinates(np.arange(8), g)
     assert x.tolist() == [0, 1, 0, 1, 0, 1, 0, 1] and z.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2]))
-def test_collective_sizes_match_the_reference_formulas(gx: int, gy: int, gz: int, gd: int, mbs: int) -> None:
+@given(
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([1, 2]),
+)
+def test_collective_sizes_match_the_reference_formulas(
+    gx: int, gy: int, gz: int, gd: int, mbs: int
+) -> None:
     grid = Grid(x=gx, y=gy, z=gz, data=gd)
     batch = 8 * SPEC.seq_len * gz * gd * mbs
     graph = build_axonn_workload(SPEC, AxonnParallel(grid=grid), grid, TrainingSetup(batch), mbs)
@@ -55,7 +68,10 @@ def test_collective_sizes_match_the_reference_formulas(gx: int, gy: int, gz: int
         ag = ops[f"L0.{name}.ag_z"]
         assert (ag.group, ag.bytes) == ("z", k * n / (g_k * g_n) * b)  # eq. (1): out k·n/(Gx·Gy)
         ar = ops[f"L0.{name}.ar_{fwd_group}.fwd"]
-        assert (ar.group, ar.bytes) == (fwd_group, m * n / (gz * g_n) * b)  # eq. (3), x<->y named as the code
+        assert (ar.group, ar.bytes) == (
+            fwd_group,
+            m * n / (gz * g_n) * b,
+        )  # eq. (3), x<->y named as the code
         ar_b = ops[f"L0.{name}.ar_{bwd_group}.bwd"]
         assert (ar_b.group, ar_b.bytes) == (bwd_group, m * k / (gz * g_k) * b)  # eq. (4)
         rs = ops[f"L0.{name}.rs_z"]
@@ -64,7 +80,13 @@ def test_collective_sizes_match_the_reference_formulas(gx: int, gy: int, gz: int
         assert (dp.group, dp.bytes) == ("data", k * n / (g_k * g_n * gz) * b)  # eq. (5)
 
 
-def _run(grid: Grid, overlap: tuple[str, ...], bw: float = 20e9, mbs: int = 1, network: str = "contention"):
+def _run(
+    grid: Grid,
+    overlap: tuple[str, ...],
+    bw: float = 20e9,
+    mbs: int = 1,
+    network: str = "contention",
+):
     params = AxonnParallel(grid=grid, overlap=overlap)  # type: ignore[arg-type]
     batch = 4 * SPEC.seq_len * grid.z * grid.data
     graph = build_axonn_workload(SPEC, params, grid, TrainingSetup(batch), mbs)
@@ -131,7 +153,17 @@ def test_z_only_is_fsdp_volume() -> None:
     per_gpu_fraction = (4 - 1) / 4
     collectives = microbatches * (gathers + rs) * b * per_gpu_fraction * 4
     small = 4 * 2 * 3 / 4 * b * (SPEC.seq_len * SPEC.hidden)  # position embedding over 'world'
-    small += 4 * 2 * 3 / 4 * b * (SPEC.layers * (4 * SPEC.hidden + sum(n for _, _, n in SPEC.linear_shapes())) + 2 * SPEC.hidden)
+    small += (
+        4
+        * 2
+        * 3
+        / 4
+        * b
+        * (
+            SPEC.layers * (4 * SPEC.hidden + sum(n for _, _, n in SPEC.linear_shapes()))
+            + 2 * SPEC.hidden
+        )
+    )
     assert _gpu_bytes_sent(res, topo) == pytest.approx(collectives + small, rel=1e-9)
 
 
@@ -164,8 +196,14 @@ def test_memory_model_against_hand_computation() -> None:
 
 def test_bad_grids_name_the_field() -> None:
     with pytest.raises(WorkloadError, match="not divisible by X=3"):
-        build_axonn_workload(SPEC, AxonnParallel(), Grid(x=3, y=1, z=1, data=1), TrainingSetup(3 * 32), 1)
+        build_axonn_workload(
+            SPEC, AxonnParallel(), Grid(x=3, y=1, z=1, data=1), TrainingSetup(3 * 32), 1
+        )
     with pytest.raises(WorkloadError, match="not divisible by data\\*z"):
-        build_axonn_workload(SPEC, AxonnParallel(), Grid(x=1, y=1, z=2, data=2), TrainingSetup(2 * 32), 1)
+        build_axonn_workload(
+            SPEC, AxonnParallel(), Grid(x=1, y=1, z=2, data=2), TrainingSetup(2 * 32), 1
+        )
     with pytest.raises(WorkloadError, match="microbatch_sequences=3"):
-        build_axonn_workload(SPEC, AxonnParallel(), Grid(x=1, y=1, z=1, data=1), TrainingSetup(4 * 32), 3)
+        build_axonn_workload(
+            SPEC, AxonnParallel(), Grid(x=1, y=1, z=1, data=1), TrainingSetup(4 * 32), 3
+        )

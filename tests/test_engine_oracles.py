@@ -23,7 +23,12 @@ def _collective_graph(p: int, kind: CollectiveKind, nbytes: float):
 @pytest.mark.parametrize("nbytes", [1e3, 1e6, 3.3e8])
 def test_ring_all_reduce_matches_formula(network: str, mode: str, p: int, nbytes: float) -> None:
     bw, lat = 50e9, 3e-6
-    res = run(_collective_graph(p, CollectiveKind.ALL_REDUCE, nbytes), build_full_mesh(p, bw, lat), network, mode)
+    res = run(
+        _collective_graph(p, CollectiveKind.ALL_REDUCE, nbytes),
+        build_full_mesh(p, bw, lat),
+        network,
+        mode,
+    )
     expected = 2 * (p - 1) * (lat + nbytes / (p * bw))
     assert res.iteration_time_s == pytest.approx(expected, rel=1e-9, abs=2e-12)
 
@@ -31,7 +36,9 @@ def test_ring_all_reduce_matches_formula(network: str, mode: str, p: int, nbytes
 @pytest.mark.parametrize("network", NETWORKS)
 @pytest.mark.parametrize("kind", [CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER])
 @pytest.mark.parametrize("p", [2, 5, 8])
-def test_ring_all_gather_reduce_scatter_match_formula(network: str, kind: CollectiveKind, p: int) -> None:
+def test_ring_all_gather_reduce_scatter_match_formula(
+    network: str, kind: CollectiveKind, p: int
+) -> None:
     bw, lat, n = 25e9, 5e-6, 4e8
     res = run(_collective_graph(p, kind, n), build_full_mesh(p, bw, lat), network)
     assert res.iteration_time_s == pytest.approx((p - 1) * (lat + n / (p * bw)), rel=1e-9)
@@ -40,7 +47,12 @@ def test_ring_all_gather_reduce_scatter_match_formula(network: str, kind: Collec
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
 def test_recursive_halving_doubling_formula(p: int) -> None:
     bw, lat, n = 40e9, 2e-6, 1e8
-    res = run(_collective_graph(p, CollectiveKind.ALL_REDUCE, n), build_full_mesh(p, bw, lat), "alpha-beta", algorithm="recursive-halving-doubling")
+    res = run(
+        _collective_graph(p, CollectiveKind.ALL_REDUCE, n),
+        build_full_mesh(p, bw, lat),
+        "alpha-beta",
+        algorithm="recursive-halving-doubling",
+    )
     logp = int(np.log2(p))
     expected = 2 * logp * lat + 2 * (p - 1) / p * n / bw
     assert res.iteration_time_s == pytest.approx(expected, rel=1e-9)
@@ -65,7 +77,9 @@ def test_two_rings_through_one_link_each_get_half() -> None:
 @pytest.mark.parametrize("network", NETWORKS)
 def test_infinite_bandwidth_leaves_compute_critical_path(network: str) -> None:
     # rank program: two compute streams joined by an all-reduce; critical path is analytic
-    def gemm(name: str, flops: float, stream: str = "compute", deps: tuple[int, ...] = ()) -> ComputeOp:
+    def gemm(
+        name: str, flops: float, stream: str = "compute", deps: tuple[int, ...] = ()
+    ) -> ComputeOp:
         return ComputeOp(name, ComputeKind.GEMM, flops, 0.0, stream, deps)
 
     ops = [

@@ -13,7 +13,12 @@ from topologies.synthetic import build_full_mesh, build_switched
 from topologies.types import LinkTable, Topology
 from workloads.ops import CollectiveKind, CollectiveOp, ComputeKind, ComputeOp, Op, WaitOp
 
-KINDS = [CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL]
+KINDS = [
+    CollectiveKind.ALL_REDUCE,
+    CollectiveKind.ALL_GATHER,
+    CollectiveKind.REDUCE_SCATTER,
+    CollectiveKind.ALL_TO_ALL,
+]
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -28,10 +33,16 @@ def symmetric_programs(draw: st.DrawFn) -> tuple[list[Op], dict[str, list[list[i
     comm_ops: list[int] = []
     for i in range(draw(st.integers(3, 14))):
         choice = draw(st.integers(0, 3))
-        deps = tuple(sorted(set(draw(st.lists(st.integers(0, max(i - 1, 0)), max_size=2))))) if i else ()
+        deps = (
+            tuple(sorted(set(draw(st.lists(st.integers(0, max(i - 1, 0)), max_size=2)))))
+            if i
+            else ()
+        )
         if choice <= 1:
             stream = draw(st.sampled_from(["compute", "side"]))
-            ops.append(ComputeOp(f"k{i}", ComputeKind.GEMM, draw(st.floats(1e8, 5e10)), 0.0, stream, deps))
+            ops.append(
+                ComputeOp(f"k{i}", ComputeKind.GEMM, draw(st.floats(1e8, 5e10)), 0.0, stream, deps)
+            )
         elif choice == 2 or not comm_ops:
             g = draw(st.sampled_from(["x", "y", "world"]))
             kind = draw(st.sampled_from(KINDS))
@@ -50,7 +61,9 @@ def _topology(world: int, kind: int) -> Topology:
         return build_switched(max(world, 2), 120e9, 1e-6)
     # two islands joined by one thin link (instances of 'y' share it)
     half = max(world // 2, 1)
-    edges = [(g, world, 500) for g in range(half)] + [(g, world + 1, 500) for g in range(half, world)]
+    edges = [(g, world, 500) for g in range(half)] + [
+        (g, world + 1, 500) for g in range(half, world)
+    ]
     edges.append((world, world + 1, 20))
     return build_graph_topology(world, 2, edges, gpus_per_node=half)
 
@@ -78,13 +91,25 @@ def _scaled(topo: Topology, link: int, factor: float) -> Topology:
     bw = topo.links.bandwidth_Bps.copy()
     bw[link] *= factor
     lt = topo.links
-    links = LinkTable(src=lt.src, dst=lt.dst, kind=lt.kind, bandwidth_Bps=bw, latency_s=lt.latency_s)
-    return Topology(topo.name, topo.devices, links, topo.gpus, topo.gpus_per_node, topo.router, metadata=topo.metadata)
+    links = LinkTable(
+        src=lt.src, dst=lt.dst, kind=lt.kind, bandwidth_Bps=bw, latency_s=lt.latency_s
+    )
+    return Topology(
+        topo.name,
+        topo.devices,
+        links,
+        topo.gpus,
+        topo.gpus_per_node,
+        topo.router,
+        metadata=topo.metadata,
+    )
 
 
 @SETTINGS
 @given(symmetric_programs(), st.integers(0, 2), st.data())
-def test_less_bandwidth_is_never_faster_alpha_beta(prog: tuple, topo_kind: int, data: st.DataObject) -> None:
+def test_less_bandwidth_is_never_faster_alpha_beta(
+    prog: tuple, topo_kind: int, data: st.DataObject
+) -> None:
     ops, groups, world = prog
     if world < 2:
         return
@@ -113,7 +138,10 @@ def test_less_bandwidth_never_speeds_up_a_collective_under_contention(
     world = 4
     grid = np.arange(world).reshape(2, 2)
     groups = {"x": grid.tolist(), "y": grid.T.tolist()}
-    ops = [CollectiveOp("a", kind, "x", nbytes, "a", "comm:x"), CollectiveOp("b", kind, "y", nbytes, "b", "comm:y")]
+    ops = [
+        CollectiveOp("a", kind, "x", nbytes, "a", "comm:x"),
+        CollectiveOp("b", kind, "y", nbytes, "b", "comm:y"),
+    ]
     g = graph_of({r: ops for r in range(world)}, groups, world)
     topo = _topology(world, topo_kind)
     link = data.draw(st.integers(0, topo.num_links - 1))
@@ -140,7 +168,9 @@ def test_bytes_sent_equal_bytes_received(prog: tuple, topo_kind: int, network: s
     assert np.all(res.link_bytes >= 0)
 
 
-def _compute(name: str, us: float, stream: str = "compute", deps: tuple[int, ...] = ()) -> ComputeOp:
+def _compute(
+    name: str, us: float, stream: str = "compute", deps: tuple[int, ...] = ()
+) -> ComputeOp:
     return ComputeOp(name, ComputeKind.GEMM, us * 1e9, 0.0, stream, deps)
 
 
@@ -155,7 +185,9 @@ def test_stream_order_is_fifo_and_streams_run_in_parallel() -> None:
 
 def test_wait_blocks_its_stream_until_the_async_collective_ends() -> None:
     ops: list[Op] = [
-        CollectiveOp("ar", CollectiveKind.ALL_REDUCE, "w", 2e9, "t", "comm"),  # 2(p-1)/p·2e9/1e9 = 2 s
+        CollectiveOp(
+            "ar", CollectiveKind.ALL_REDUCE, "w", 2e9, "t", "comm"
+        ),  # 2(p-1)/p·2e9/1e9 = 2 s
         _compute("overlap", 1e6),  # 1 s, overlaps
         WaitOp("wait", target=0),
         _compute("after", 1e6),
@@ -168,8 +200,14 @@ def test_wait_blocks_its_stream_until_the_async_collective_ends() -> None:
 
 
 def test_collective_waits_for_the_last_participant() -> None:
-    slow = [_compute("slow", 5), CollectiveOp("ar", CollectiveKind.ALL_REDUCE, "w", 0.0, "t", "comm", deps=(0,))]
-    fast = [_compute("fast", 1), CollectiveOp("ar", CollectiveKind.ALL_REDUCE, "w", 0.0, "t", "comm", deps=(0,))]
+    slow = [
+        _compute("slow", 5),
+        CollectiveOp("ar", CollectiveKind.ALL_REDUCE, "w", 0.0, "t", "comm", deps=(0,)),
+    ]
+    fast = [
+        _compute("fast", 1),
+        CollectiveOp("ar", CollectiveKind.ALL_REDUCE, "w", 0.0, "t", "comm", deps=(0,)),
+    ]
     g = graph_of({0: slow, 1: fast}, {"w": [[0, 1]]}, 2)
     res = run(g, build_full_mesh(2, 1e9))
     fast_tl = res.timeline.rank(1)
@@ -194,8 +232,14 @@ def test_results_are_deterministic() -> None:
 
 
 def test_mismatched_collective_order_is_reported_as_deadlock() -> None:
-    a = [CollectiveOp("c1", CollectiveKind.ALL_REDUCE, "w", 1e6, "t1", "s1"), CollectiveOp("c2", CollectiveKind.ALL_REDUCE, "v", 1e6, "t2", "s1")]
-    b = [CollectiveOp("c2", CollectiveKind.ALL_REDUCE, "v", 1e6, "t2", "s1"), CollectiveOp("c1", CollectiveKind.ALL_REDUCE, "w", 1e6, "t1", "s1")]
+    a = [
+        CollectiveOp("c1", CollectiveKind.ALL_REDUCE, "w", 1e6, "t1", "s1"),
+        CollectiveOp("c2", CollectiveKind.ALL_REDUCE, "v", 1e6, "t2", "s1"),
+    ]
+    b = [
+        CollectiveOp("c2", CollectiveKind.ALL_REDUCE, "v", 1e6, "t2", "s1"),
+        CollectiveOp("c1", CollectiveKind.ALL_REDUCE, "w", 1e6, "t1", "s1"),
+    ]
     g = graph_of({0: a, 1: b}, {"w": [[0, 1]], "v": [[0, 1]]}, 2)
     with pytest.raises(EngineError, match="deadlock"):
         run(g, build_full_mesh(2, 1e9))

@@ -29,14 +29,18 @@ def _microbatch(base: int, first: bool) -> list[Op]:
 def _program(microbatches: int, barrier: bool = True) -> Program:
     ops: list[Op] = [ComputeOp("prefix", ComputeKind.ELEMENTWISE, 1e9, 0.0)]
     segments = []
-    for m in range(microbatches):
+    for _m in range(microbatches):
         base = len(ops)
         body = _microbatch(base, first=False)
         if not barrier:
             body = body[:-2]  # no wait on the all-gather: no barrier at the boundary
         ops += body
         segments.append(Segment(base, len(ops), "mb"))
-    ops.append(CollectiveOp("grad_ar", CollectiveKind.ALL_REDUCE, "x", 2e8, "grad", "comm:x", deps=(len(ops) - 1,)))
+    ops.append(
+        CollectiveOp(
+            "grad_ar", CollectiveKind.ALL_REDUCE, "x", 2e8, "grad", "comm:x", deps=(len(ops) - 1,)
+        )
+    )
     ops.append(WaitOp("w", target=len(ops) - 1))
     return Program("p", tuple(ops), tuple(segments))
 

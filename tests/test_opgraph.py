@@ -7,7 +7,15 @@ import pytest
 from workloads.errors import WorkloadError
 from workloads.graph import OpGraph
 from workloads.groups import ProcessGroups, strided_groups
-from workloads.ops import CollectiveKind, CollectiveOp, ComputeKind, ComputeOp, RecvOp, SendOp, WaitOp
+from workloads.ops import (
+    CollectiveKind,
+    CollectiveOp,
+    ComputeKind,
+    ComputeOp,
+    RecvOp,
+    SendOp,
+    WaitOp,
+)
 
 
 def _gemm(name: str, deps: tuple[int, ...] = (), stream: str = "compute") -> ComputeOp:
@@ -41,7 +49,12 @@ def test_cycle_is_rejected() -> None:
 
 
 def test_cycle_through_stream_order() -> None:
-    ops = [_gemm("a"), _gemm("b", (2,)), _gemm("c", (), stream="other"), _gemm("d", (1,), stream="other")]
+    ops = [
+        _gemm("a"),
+        _gemm("b", (2,)),
+        _gemm("c", (), stream="other"),
+        _gemm("d", (1,), stream="other"),
+    ]
     # c then d on 'other'; b waits for c: fine. Now make c wait for b: cycle via stream order b->? no
     graph({0: ops}, {}).validate()
     bad = [_gemm("a", (1,)), _gemm("b")]  # a (first on stream) depends on b (after a on the stream)
@@ -50,7 +63,9 @@ def test_cycle_through_stream_order() -> None:
 
 
 def test_collective_mismatch_names_group_and_ranks() -> None:
-    with pytest.raises(WorkloadError, match="collective mismatch in group 'w' instance 0: ranks 0 and 1"):
+    with pytest.raises(
+        WorkloadError, match="collective mismatch in group 'w' instance 0: ranks 0 and 1"
+    ):
         graph({0: [_ar(nbytes=1e6)], 1: [_ar(nbytes=2e6)]}, {"w": [[0, 1]]}).validate()
     with pytest.raises(WorkloadError, match="collective mismatch"):
         graph({0: [_ar()], 1: []}, {"w": [[0, 1]]}).validate()
@@ -70,7 +85,9 @@ def test_send_recv_pairing() -> None:
     send = SendOp("s", "pp", 1, 1e6, "a", "p2p")
     recv = RecvOp("r", "pp", 0, 1e6, "a", "p2p")
     graph({0: [send], 1: [recv]}, {"pp": [[0, 1]]}).validate()
-    with pytest.raises(WorkloadError, match="unpaired send/recv in group 'pp' between ranks 0 -> 1"):
+    with pytest.raises(
+        WorkloadError, match="unpaired send/recv in group 'pp' between ranks 0 -> 1"
+    ):
         graph({0: [send], 1: []}, {"pp": [[0, 1]]}).validate()
     wrong_size = RecvOp("r", "pp", 0, 2e6, "a", "p2p")
     with pytest.raises(WorkloadError, match="unpaired"):

@@ -24,8 +24,12 @@ def per_gpu_bytes(schedule, p: int) -> float:
     return total
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "direct", "recursive-halving-doubling", "hierarchical"])
-@pytest.mark.parametrize("kind,volume", [(K.ALL_REDUCE, 2.0), (K.REDUCE_SCATTER, 1.0), (K.ALL_GATHER, 1.0)])
+@pytest.mark.parametrize(
+    "algorithm", ["ring", "direct", "recursive-halving-doubling", "hierarchical"]
+)
+@pytest.mark.parametrize(
+    "kind,volume", [(K.ALL_REDUCE, 2.0), (K.REDUCE_SCATTER, 1.0), (K.ALL_GATHER, 1.0)]
+)
 def test_bandwidth_optimal_volume(algorithm: str, kind: K, volume: float) -> None:
     p = 8
     sched = build_schedule(algorithm, kind, layout(2, 4))
@@ -92,4 +96,6 @@ def test_candidates_follow_nccl() -> None:
     assert candidate_algorithms(K.ALL_REDUCE, layout(4, 2)) == ("ring", "tree")
     assert candidate_algorithms(K.ALL_GATHER, layout(4, 2)) == ("ring",)
     assert candidate_algorithms(K.ALL_TO_ALL, layout(4, 2)) == ("direct",)
-    assert np.all(np.asarray(candidate_algorithms(K.BROADCAST, layout(2, 2))) == np.array(["ring", "tree"]))
+    assert np.all(
+        np.asarray(candidate_algorithms(K.BROADCAST, layout(2, 2))) == np.array(["ring", "tree"])
+    )

@@ -29,7 +29,9 @@ class _DirectRouter:
     def route(self, topology: Topology, src: int, dst: int) -> Route:
         link = topology.link_between(src, dst)
         if link is None:
-            raise TopologyError(f"no direct link {topology.device_name(src)} -> {topology.device_name(dst)}")
+            raise TopologyError(
+                f"no direct link {topology.device_name(src)} -> {topology.device_name(dst)}"
+            )
         return Route(paths=((link,),), weights=(1.0,))
 
 
@@ -103,7 +105,12 @@ def build_full_mesh(
         router=_DirectRouter(),
         gpu_type="h100",
         description=f"{n} GPUs, full mesh of {bandwidth_Bps / 1e9:g} GB/s links",
-        metadata={"machine": "full-mesh", "nodes": n // per_node, "gpus_per_node": per_node, "package_size": 1},
+        metadata={
+            "machine": "full-mesh",
+            "nodes": n // per_node,
+            "gpus_per_node": per_node,
+            "package_size": 1,
+        },
     )
 
 
@@ -124,7 +131,9 @@ def build_switched(
     node[n] = -1
     local = (ids % per_node).astype(np.int32)
     local[n] = 0
-    devices = DeviceTable(kind=kinds, node=node, local_index=local, group=np.full(n + 1, -1, dtype=np.int32))
+    devices = DeviceTable(
+        kind=kinds, node=node, local_index=local, group=np.full(n + 1, -1, dtype=np.int32)
+    )
     gpu = np.arange(n, dtype=np.int64)
     sw = np.full(n, n, dtype=np.int64)
     links = LinkTable(
@@ -143,5 +152,10 @@ def build_switched(
         router=_StarRouter(n),
         gpu_type="h100",
         description=f"{n} GPUs on one crossbar, {bandwidth_Bps / 1e9:g} GB/s per GPU",
-        metadata={"machine": "switched", "nodes": n // per_node, "gpus_per_node": per_node, "package_size": 1},
+        metadata={
+            "machine": "switched",
+            "nodes": n // per_node,
+            "gpus_per_node": per_node,
+            "package_size": 1,
+        },
     )

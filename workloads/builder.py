@@ -62,7 +62,17 @@ class ProgramBuilder:
         """Issue a kernel on the compute stream."""
         idx = len(self.ops)
         self.ops.append(
-            ComputeOp(name, kind, float(flops), float(nbytes), COMPUTE_STREAM, tuple(sorted(set(deps))), shape, dtype_bytes, self.phase)
+            ComputeOp(
+                name,
+                kind,
+                float(flops),
+                float(nbytes),
+                COMPUTE_STREAM,
+                tuple(sorted(set(deps))),
+                shape,
+                dtype_bytes,
+                self.phase,
+            )
         )
         self._last_compute = idx
         return idx
@@ -91,7 +101,18 @@ class ProgramBuilder:
         """
         idx = len(self.ops)
         self.ops.append(
-            CollectiveOp(name, kind, group, float(nbytes), tag or name, comm_stream(group), self._deps(deps), root, None, self.phase)
+            CollectiveOp(
+                name,
+                kind,
+                group,
+                float(nbytes),
+                tag or name,
+                comm_stream(group),
+                self._deps(deps),
+                root,
+                None,
+                self.phase,
+            )
         )
         if blocking:
             self.wait(idx)
@@ -101,7 +122,9 @@ class ProgramBuilder:
         """The compute stream waits for an earlier asynchronous op."""
         idx = len(self.ops)
         target = self.ops[handle]
-        self.ops.append(WaitOp(name or f"wait:{target.name}", handle, COMPUTE_STREAM, (), self.phase))
+        self.ops.append(
+            WaitOp(name or f"wait:{target.name}", handle, COMPUTE_STREAM, (), self.phase)
+        )
         self._last_compute = idx
         return idx
 
@@ -112,12 +135,34 @@ class ProgramBuilder:
 
     def send(self, name: str, group: str, peer: int, nbytes: float, tag: str) -> int:
         idx = len(self.ops)
-        self.ops.append(SendOp(name, group, peer, float(nbytes), tag, comm_stream(f"p2p:{group}"), self._deps(), self.phase))
+        self.ops.append(
+            SendOp(
+                name,
+                group,
+                peer,
+                float(nbytes),
+                tag,
+                comm_stream(f"p2p:{group}"),
+                self._deps(),
+                self.phase,
+            )
+        )
         return idx
 
     def recv(self, name: str, group: str, peer: int, nbytes: float, tag: str) -> int:
         idx = len(self.ops)
-        self.ops.append(RecvOp(name, group, peer, float(nbytes), tag, comm_stream(f"p2p:{group}"), self._deps(), self.phase))
+        self.ops.append(
+            RecvOp(
+                name,
+                group,
+                peer,
+                float(nbytes),
+                tag,
+                comm_stream(f"p2p:{group}"),
+                self._deps(),
+                self.phase,
+            )
+        )
         return idx
 
     # ------------------------------------------------------------- segments

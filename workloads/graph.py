@@ -87,7 +87,9 @@ class OpGraph:
         world = groups.world_size
         if sorted(rank_ops) != list(range(world)):
             missing = sorted(set(range(world)) - set(rank_ops))
-            raise WorkloadError(f"rank_ops must give a program for every rank; missing {missing[:5]}")
+            raise WorkloadError(
+                f"rank_ops must give a program for every rank; missing {missing[:5]}"
+            )
         by_ops: dict[tuple[Op, ...], int] = {}
         programs: list[Program] = []
         rank_program = np.zeros(world, dtype=np.int64)
@@ -121,7 +123,9 @@ class OpGraph:
         """
         if self.rank_program.shape != (self.world_size,):
             raise WorkloadError("rank_program must have one entry per rank")
-        if self.rank_program.min(initial=0) < 0 or self.rank_program.max(initial=0) >= len(self.programs):
+        if self.rank_program.min(initial=0) < 0 or self.rank_program.max(initial=0) >= len(
+            self.programs
+        ):
             raise WorkloadError("rank_program refers to a program that does not exist")
         for program in self.programs:
             _check_program_dag(program)
@@ -192,9 +196,14 @@ def _check_group_membership(graph: OpGraph, program_index: int) -> None:
                 )
         if isinstance(op, CollectiveOp):
             if op.bytes < 0:
-                raise WorkloadError(f"program '{program.name}' op {i} ('{op.name}'): negative bytes")
+                raise WorkloadError(
+                    f"program '{program.name}' op {i} ('{op.name}'): negative bytes"
+                )
             size = graph.groups[op.group].size
-            if op.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and not 0 <= op.root < size:
+            if (
+                op.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
+                and not 0 <= op.root < size
+            ):
                 raise WorkloadError(
                     f"program '{program.name}' op {i} ('{op.name}'): root {op.root} outside group '{op.group}'"
                 )
@@ -227,15 +236,21 @@ def _check_collectives_match(graph: OpGraph) -> None:
             )
 
 
-def _first_difference(sa: tuple[tuple[object, ...], ...], sb: tuple[tuple[object, ...], ...]) -> str:
+def _first_difference(
+    sa: tuple[tuple[object, ...], ...], sb: tuple[tuple[object, ...], ...]
+) -> str:
     for k, (x, y) in enumerate(zip(sa, sb, strict=False)):
         if x != y:
             return f"collective #{k}: tag/kind/bytes/root {x} vs {y}"
     return f"{len(sa)} vs {len(sb)} collectives"
 
 
-def _p2p_lists(program: Program) -> dict[str, tuple[list[tuple[object, ...]], list[tuple[object, ...]]]]:
-    out: dict[str, tuple[list[tuple[object, ...]], list[tuple[object, ...]]]] = defaultdict(lambda: ([], []))
+def _p2p_lists(
+    program: Program,
+) -> dict[str, tuple[list[tuple[object, ...]], list[tuple[object, ...]]]]:
+    out: dict[str, tuple[list[tuple[object, ...]], list[tuple[object, ...]]]] = defaultdict(
+        lambda: ([], [])
+    )
     for op in program.ops:
         if isinstance(op, SendOp):
             out[op.group][0].append((op.peer, op.tag, float(op.bytes)))
@@ -254,9 +269,11 @@ def _check_p2p_pairs(graph: OpGraph) -> None:
         for combo, inst in zip(combos, first, strict=True):
             for pos, prog in enumerate(combo):
                 sends, _ = lists[int(prog)].get(g, ([], []))
-                for peer, tag, nbytes in sends:
+                for peer, tag, _nbytes in sends:
                     if peer == pos:
-                        raise WorkloadError(f"send to itself in group '{g}' (position {pos}, tag {tag})")
+                        raise WorkloadError(
+                            f"send to itself in group '{g}' (position {pos}, tag {tag})"
+                        )
             for pos, prog in enumerate(combo):
                 for peer in range(len(combo)):
                     sends = [s for s in lists[int(prog)].get(g, ([], []))[0] if s[0] == peer]

@@ -40,7 +40,9 @@ class GroupKind:
         return self.members[inst]
 
 
-def build_group_kind(name: str, members: np.ndarray | list[list[int]], world_size: int) -> GroupKind:
+def build_group_kind(
+    name: str, members: np.ndarray | list[list[int]], world_size: int
+) -> GroupKind:
     """Validate a partition and index it. Ranks may appear at most once."""
     arr = np.asarray(members, dtype=np.int64)
     if arr.ndim != 2 or arr.shape[1] < 1:
@@ -64,7 +66,9 @@ def build_group_kind(name: str, members: np.ndarray | list[list[int]], world_siz
 class ProcessGroups(Mapping[str, GroupKind]):
     """The group kinds of a workload, by name."""
 
-    def __init__(self, world_size: int, kinds: Mapping[str, np.ndarray | list[list[int]]] | None = None):
+    def __init__(
+        self, world_size: int, kinds: Mapping[str, np.ndarray | list[list[int]]] | None = None
+    ):
         if world_size < 1:
             raise WorkloadError(f"world size must be positive, got {world_size}")
         self.world_size = world_size

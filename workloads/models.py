@@ -39,11 +39,17 @@ class TransformerSpec:
             if getattr(self, f) <= 0:
                 raise WorkloadError(f"model.{f} must be positive, got {getattr(self, f)}")
         if self.hidden % self.heads:
-            raise WorkloadError(f"model.hidden ({self.hidden}) must be divisible by model.heads ({self.heads})")
+            raise WorkloadError(
+                f"model.hidden ({self.hidden}) must be divisible by model.heads ({self.heads})"
+            )
         if self.kv_heads is not None and (self.kv_heads <= 0 or self.heads % self.kv_heads):
-            raise WorkloadError(f"model.kv_heads ({self.kv_heads}) must divide model.heads ({self.heads})")
+            raise WorkloadError(
+                f"model.kv_heads ({self.kv_heads}) must divide model.heads ({self.heads})"
+            )
         if self.dtype not in DTYPE_BYTES:
-            raise WorkloadError(f"model.dtype '{self.dtype}' unknown (use one of {', '.join(DTYPE_BYTES)})")
+            raise WorkloadError(
+                f"model.dtype '{self.dtype}' unknown (use one of {', '.join(DTYPE_BYTES)})"
+            )
 
     @property
     def ffn(self) -> int:
@@ -103,7 +109,9 @@ def layer_forward_flops(spec: TransformerSpec, tokens: float) -> float:
     return linear + attention
 
 
-def model_flops_per_iteration(spec: TransformerSpec, tokens: float, recompute: bool = True) -> float:
+def model_flops_per_iteration(
+    spec: TransformerSpec, tokens: float, recompute: bool = True
+) -> float:
     """FLOPs of one iteration over `tokens` tokens (Narayanan et al. 2021).
 
     With recompute: 4 passes of every block (fwd, recompute, 2 for backward); without: 3.
@@ -119,7 +127,9 @@ def model_flops_per_iteration(spec: TransformerSpec, tokens: float, recompute: b
 def published_gpt_flops(layers: int, hidden: int, seq_len: int, vocab: int, tokens: float) -> float:
     """The paper's closed form, for tests: 96·T·l·h²·(1 + s/(6h) + V/(16·l·h))."""
     h = float(hidden)
-    return 96.0 * tokens * layers * h * h * (1.0 + seq_len / (6.0 * h) + vocab / (16.0 * layers * h))
+    return (
+        96.0 * tokens * layers * h * h * (1.0 + seq_len / (6.0 * h) + vocab / (16.0 * layers * h))
+    )
 
 
 @cache

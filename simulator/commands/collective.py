@@ -15,17 +15,46 @@ def register(app: click.Group) -> None:
     @app.command("collective")
     @click.argument("machine")
     @click.option("--nodes", type=int, required=True, help="Number of nodes of the machine.")
-    @click.option("--op", "op", default="all-reduce", show_default=True, help=f"One of: {', '.join(OPS)}.")
+    @click.option(
+        "--op", "op", default="all-reduce", show_default=True, help=f"One of: {', '.join(OPS)}."
+    )
     @click.option("--group", type=int, required=True, help="GPUs per group instance.")
-    @click.option("--placement", type=int, default=1, show_default=True, help="Stride between group members (GPU index).")
-    @click.option("--bytes", "size", default="1K:1G", show_default=True, help="A size (64M) or a sweep START:END.")
+    @click.option(
+        "--placement",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Stride between group members (GPU index).",
+    )
+    @click.option(
+        "--bytes",
+        "size",
+        default="1K:1G",
+        show_default=True,
+        help="A size (64M) or a sweep START:END.",
+    )
     @click.option("--factor", type=float, default=4.0, show_default=True, help="Sweep multiplier.")
-    @click.option("--algorithm", type=click.Choice(("auto", *ALGORITHMS)), default="auto", show_default=True)
-    @click.option("--network", type=click.Choice(("contention", "alpha-beta")), default="contention", show_default=True)
-    @click.option("--instances", type=click.Choice(("all", "one")), default="all", show_default=True, help="All instances tiling the machine concurrently, or one alone.")
+    @click.option(
+        "--algorithm", type=click.Choice(("auto", *ALGORITHMS)), default="auto", show_default=True
+    )
+    @click.option(
+        "--network",
+        type=click.Choice(("contention", "alpha-beta")),
+        default="contention",
+        show_default=True,
+    )
+    @click.option(
+        "--instances",
+        type=click.Choice(("all", "one")),
+        default="all",
+        show_default=True,
+        help="All instances tiling the machine concurrently, or one alone.",
+    )
     @click.option("--nics-per-node", type=int, default=None, help="What-if: NICs per node.")
     @click.option("--nic-bandwidth", type=float, default=None, help="What-if: GB/s per NIC.")
-    @click.option("--calibration", type=click.Path(), default=None, help="Calibration file (network tables).")
+    @click.option(
+        "--calibration", type=click.Path(), default=None, help="Calibration file (network tables)."
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
     def collective(
         machine: str,
@@ -47,19 +76,31 @@ def register(app: click.Group) -> None:
         from simulator.build import network_params_for
         from topologies.machines import build_machine
 
-        topo = build_machine(machine, nodes, nics_per_node=nics_per_node, nic_bandwidth_GBps=nic_bandwidth)
+        topo = build_machine(
+            machine, nodes, nics_per_node=nics_per_node, nic_bandwidth_GBps=nic_bandwidth
+        )
         sizes = parse_size_sweep(size, factor)
         params = network_params_for(topo, calibration)
-        rows = collective_sweep(topo, op, group, placement, sizes, algorithm, network, params, instances)
+        rows = collective_sweep(
+            topo, op, group, placement, sizes, algorithm, network, params, instances
+        )
         if as_json:
             click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
             return
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"{op} on {topo.name}: group {group}, stride {placement}, {rows[0].instances} instance(s), {network}")
+        table = Table(
+            title=f"{op} on {topo.name}: group {group}, stride {placement}, {rows[0].instances} instance(s), {network}"
+        )
         for col in ("size", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"):
             table.add_column(col, justify="right")
         for r in rows:
-            table.add_row(format_bytes(r.bytes), f"{r.time_s * 1e6:.2f}", f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}", r.algorithm)
+            table.add_row(
+                format_bytes(r.bytes),
+                f"{r.time_s * 1e6:.2f}",
+                f"{r.algbw_GBps:.2f}",
+                f"{r.busbw_GBps:.2f}",
+                r.algorithm,
+            )
         Console().print(table)

@@ -49,7 +49,11 @@ def flag_overrides(
     if seq_len is not None:
         out.append(f"model.seq_len={seq_len}")
     if overlap is not None:
-        flags = [] if overlap.strip().lower() == "none" else [f.strip().lower() for f in overlap.split(",") if f.strip()]
+        flags = (
+            []
+            if overlap.strip().lower() == "none"
+            else [f.strip().lower() for f in overlap.split(",") if f.strip()]
+        )
         unknown = [f for f in flags if f not in ("oar", "ors", "oag")]
         if unknown:
             raise ConfigError(f"--overlap: unknown flag '{unknown[0]}' (use oar,ors,oag or none)")
@@ -63,7 +67,9 @@ def flag_overrides(
     return out
 
 
-def resolve_config(config_path: str | None, strategy: str | None, overrides: list[str], sets: tuple[str, ...]) -> ExperimentConfig:
+def resolve_config(
+    config_path: str | None, strategy: str | None, overrides: list[str], sets: tuple[str, ...]
+) -> ExperimentConfig:
     """Config file (or embedded default) + strategy reset + flags + --set, validated once."""
     data = default_config_mapping() if config_path is None else read_yaml_mapping(config_path)
     if strategy:
@@ -77,7 +83,11 @@ def resolve_config(config_path: str | None, strategy: str | None, overrides: lis
 def register(app: click.Group) -> None:
     @app.command("simulate")
     @click.argument("config", required=False, type=click.Path(dir_okay=False))
-    @click.option("--machine", default=None, help="Machine preset (perlmutter, frontier, alps, dgx-h100, dgx-h200, frontera-rtx).")
+    @click.option(
+        "--machine",
+        default=None,
+        help="Machine preset (perlmutter, frontier, alps, dgx-h100, dgx-h200, frontera-rtx).",
+    )
     @click.option("--gpus", type=int, default=None, help="Number of GPUs.")
     @click.option("--model", default=None, help="Model preset, e.g. gpt-80b.")
     @click.option("--strategy", default=None, help="Parallel strategy (default axonn).")
@@ -85,15 +95,46 @@ def register(app: click.Group) -> None:
     @click.option("--batch-tokens", type=int, default=None, help="Global batch in tokens.")
     @click.option("--seq-len", type=int, default=None, help="Sequence length.")
     @click.option("--overlap", default=None, help="AxoNN overlap flags: oar,ors,oag or none.")
-    @click.option("--set", "sets", multiple=True, help="Override any config field: section.field=value (repeatable).")
+    @click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        help="Override any config field: section.field=value (repeatable).",
+    )
     @click.option("--engine", type=click.Choice(("auto", "full", "symmetric")), default=None)
     @click.option("--network", type=click.Choice(("alpha-beta", "contention")), default=None)
-    @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration file from `axsim calibrate`.")
-    @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report, timeline, links and a Perfetto trace here.")
-    @click.option("--trace-ranks", default=None, help="Ranks in the trace and timeline (e.g. 0-7,64 or all; default: first 8).")
-    @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object (the report) to stdout.")
-    @click.option("--strict-memory", is_flag=True, help="Exit with code 3 if the configuration does not fit in GPU memory.")
-    @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only).")
+    @click.option(
+        "--calibration",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Calibration file from `axsim calibrate`.",
+    )
+    @click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Write report, timeline, links and a Perfetto trace here.",
+    )
+    @click.option(
+        "--trace-ranks",
+        default=None,
+        help="Ranks in the trace and timeline (e.g. 0-7,64 or all; default: first 8).",
+    )
+    @click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print exactly one JSON object (the report) to stdout.",
+    )
+    @click.option(
+        "--strict-memory",
+        is_flag=True,
+        help="Exit with code 3 if the configuration does not fit in GPU memory.",
+    )
+    @click.option(
+        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
+    )
     def simulate_cmd(
         config: str | None,
         machine: str | None,
@@ -119,7 +160,9 @@ def register(app: click.Group) -> None:
         from simulator.export import parse_trace_ranks, write_outputs
         from simulator.render import progress_bar, render_report
 
-        flags = flag_overrides(machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration)
+        flags = flag_overrides(
+            machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration
+        )
         cfg = resolve_config(config, strategy, flags, sets)
         with progress_bar(progress) as bar:
             result = simulate(cfg, progress=bar)
@@ -132,7 +175,9 @@ def register(app: click.Group) -> None:
         else:
             render_report(report)
             if out_dir:
-                click.echo(f"outputs written to {out_dir}/ (report.json, config.resolved.yaml, timeline.csv, links.csv, trace.json)")
+                click.echo(
+                    f"outputs written to {out_dir}/ (report.json, config.resolved.yaml, timeline.csv, links.csv, trace.json)"
+                )
         if not report.fits_in_memory:
             print(
                 f"axsim: warning: needs {report.memory_per_gpu_bytes / 1e9:.1f} GB per GPU, "

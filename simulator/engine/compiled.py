@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from simulator.costmodel import KernelTimer
 from simulator.errors import EngineError
 from workloads.graph import Program
-from workloads.ops import CollectiveKind, CollectiveOp, ComputeOp, RecvOp, SendOp, WaitOp, op_dependencies
+from workloads.ops import (
+    CollectiveKind,
+    CollectiveOp,
+    ComputeOp,
+    RecvOp,
+    SendOp,
+    WaitOp,
+    op_dependencies,
+)
 
 PS_PER_S = 10**12
 
@@ -21,7 +29,7 @@ COMPUTE, WAIT, COLL, SEND, RECV = 0, 1, 2, 3, 4
 
 def to_ps(seconds: float) -> int:
     """Seconds to integer picoseconds (rounded to nearest)."""
-    return int(round(seconds * PS_PER_S))
+    return round(seconds * PS_PER_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +96,15 @@ def compile_program(
             if base is None:
                 seconds = kernels.duration_s(op)
                 if seconds < 0 or seconds != seconds:
-                    raise EngineError(f"kernel model returned an invalid duration for op '{op.name}'")
+                    raise EngineError(
+                        f"kernel model returned an invalid duration for op '{op.name}'"
+                    )
                 base = to_ps(seconds)
                 cache[op] = base
             d = base
             if slowdown != 1.0 or (overlapped[i] and overlap_slowdown != 1.0):
                 factor = slowdown * (overlap_slowdown if overlapped[i] else 1.0)
-                d = int(round(base * factor))
+                d = round(base * factor)
             kinds.append(COMPUTE)
             durs.append(d)
             comms.append(None)
@@ -116,7 +126,9 @@ def compile_program(
             p2p_count[key] = k + 1
             kinds.append(SEND if direction == "send" else RECV)
             durs.append(0)
-            comms.append(CommInfo(op.group, k, CollectiveKind.SEND_RECV, float(op.bytes), peer=op.peer))
+            comms.append(
+                CommInfo(op.group, k, CollectiveKind.SEND_RECV, float(op.bytes), peer=op.peer)
+            )
         else:  # pragma: no cover - the Op union is closed
             raise EngineError(f"unknown op type {type(op).__name__}")
     stream_ops: list[list[int]] = [[] for _ in stream_index]
@@ -155,7 +167,7 @@ def _overlap_flags(program: Program) -> list[bool]:
         for d in op_dependencies(op):
             where = position.get(d)
             if where is not None:
-                s, k = where
+                s, _k = where
                 lst = outstanding.get(s, [])
                 keep = [j for j in lst if j > d]
                 outstanding[s] = keep

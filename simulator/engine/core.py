@@ -29,7 +29,6 @@ from simulator.engine.compiled import (
     COLL,
     COMPUTE,
     PS_PER_S,
-    RECV,
     SEND,
     WAIT,
     CompiledProgram,
@@ -122,7 +121,11 @@ class Engine:
         self.placement = np.asarray(placement, dtype=np.int64)
         if self.placement.shape != (graph.world_size,):
             raise EngineError("placement must map every rank to a GPU")
-        if self.placement.min() < 0 or self.placement.max() >= topology.num_gpus or np.unique(self.placement).size != graph.world_size:
+        if (
+            self.placement.min() < 0
+            or self.placement.max() >= topology.num_gpus
+            or np.unique(self.placement).size != graph.world_size
+        ):
             raise EngineError("placement must map ranks to distinct GPUs of the topology")
         self.steady_state = steady_state
         self.progress = progress
@@ -155,7 +158,11 @@ class Engine:
             cp = compiled.get((pidx, factor))
             if cp is None:
                 cp = compile_program(
-                    self.graph.programs[pidx], self.cost.kernels, factor, self.cost.overlap_slowdown, durations
+                    self.graph.programs[pidx],
+                    self.cost.kernels,
+                    factor,
+                    self.cost.overlap_slowdown,
+                    durations,
                 )
                 compiled[(pidx, factor)] = cp
             n = cp.num_ops
@@ -201,7 +208,13 @@ class Engine:
         program = next(iter(programs.values()))
         runs = plan_skips(program)
         if runs:
-            bounds = sorted({b for run in runs for b in (run.first.start, run.segments[1].start, run.segments[-1].stop)})
+            bounds = sorted(
+                {
+                    b
+                    for run in runs
+                    for b in (run.first.start, run.segments[1].start, run.segments[-1].stop)
+                }
+            )
             self.barriers = barrier_ops(program, bounds)
         return runs
 
@@ -261,7 +274,7 @@ class Engine:
                 r.waiters.setdefault(blocked, []).append(s)
                 break
             k = kind[i]
-            if k == COMPUTE or k == WAIT:
+            if k in (COMPUTE, WAIT):
                 e = t + dur[i]
                 start[i] = t
                 end[i] = e
@@ -295,7 +308,11 @@ class Engine:
             own = int(gv.position_of[r.rank])
             src, dst = (own, info.peer) if k == SEND else (info.peer, own)
             key = (info.group, kc, src, dst, info.ordinal)
-            expected = 2 if self.view.mode == "full" else len({self._class_at(gv, kc, src), self._class_at(gv, kc, dst)})
+            expected = (
+                2
+                if self.view.mode == "full"
+                else len({self._class_at(gv, kc, src), self._class_at(gv, kc, dst)})
+            )
         p = self.pending.get(key)
         if p is None:
             p = _Pending()

@@ -66,10 +66,7 @@ def symmetric_problem(graph: OpGraph) -> str | None:
     if rc is None:
         return "the workload declares no rank classes"
     p2p_groups = {
-        op.group: op.peer
-        for p in graph.programs
-        for op in p.ops
-        if isinstance(op, SendOp | RecvOp)
+        op.group: op.peer for p in graph.programs for op in p.ops if isinstance(op, SendOp | RecvOp)
     }
     for name, kind in graph.groups.items():
         cls = rc[kind.members]
@@ -98,7 +95,7 @@ def symmetric_view(graph: OpGraph) -> RankView:
         raise EngineError(f"symmetric mode is not valid here: {problem}")
     rc = graph.rank_class
     assert rc is not None
-    classes, first = np.unique(rc, return_index=True)
+    _classes, first = np.unique(rc, return_index=True)
     reps = np.sort(first.astype(np.int64))
     rep_of_class = {int(rc[r]): int(r) for r in reps}
     representative = np.array([rep_of_class[int(c)] for c in rc], dtype=np.int64)

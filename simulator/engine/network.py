@@ -27,7 +27,9 @@ from workloads.ops import CollectiveKind
 LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an instant
 
 
-def call_at(env: simpy.Environment, delay_ps: int, fn: Callable[[], None], priority: int = 1) -> None:
+def call_at(
+    env: simpy.Environment, delay_ps: int, fn: Callable[[], None], priority: int = 1
+) -> None:
     """Run `fn` after `delay_ps` simulated picoseconds, via simpy's public `schedule`."""
     ev = simpy.Event(env)
     ev._ok = True  # a triggered, successful event (what Event.succeed() would set)
@@ -96,7 +98,9 @@ class AlphaBetaNetwork:
 
     def submit(self, act: Activation, start_ps: int) -> None:
         act.start_ps = start_ps
-        bundles = self.pricer.bundles(act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key)
+        bundles = self.pricer.bundles(
+            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
+        )
         seconds = 0.0
         for b in bundles:
             seconds = max(seconds, self.pricer.alpha_beta_time_s(b, act.nbytes))
@@ -146,7 +150,9 @@ class ContentionNetwork:
         call_at(self.env, delay_ps, fn, priority)
 
     def _begin(self, act: Activation) -> None:
-        act.bundles = self.pricer.bundles(act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key)
+        act.bundles = self.pricer.bundles(
+            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
+        )
         act.open_bundles = len(act.bundles)
         if not act.bundles:
             act.on_done(int(self.env.now))
@@ -154,7 +160,9 @@ class ContentionNetwork:
         for b in act.bundles:
             self._start_phase(act, b, 0, self.pricer.params.collective_overhead_s)
 
-    def _start_phase(self, act: Activation, bundle: Bundle, index: int, extra_s: float = 0.0) -> None:
+    def _start_phase(
+        self, act: Activation, bundle: Bundle, index: int, extra_s: float = 0.0
+    ) -> None:
         if index >= len(bundle.phases):
             if extra_s > 0:  # a bundle without phases (size-1 group) still pays the overhead
                 self._after(to_ps(extra_s), lambda: self._start_phase(act, bundle, index))
@@ -222,7 +230,9 @@ class ContentionNetwork:
         self._after(dt_ps, lambda: self._check(version))
 
     def _solve(self) -> np.ndarray:
-        cf = np.concatenate([np.full(c.phase.links.size, i, dtype=np.int64) for i, c in enumerate(self.active)])
+        cf = np.concatenate(
+            [np.full(c.phase.links.size, i, dtype=np.int64) for i, c in enumerate(self.active)]
+        )
         links = np.concatenate([c.phase.links for c in self.active])
         counts = np.concatenate([c.phase.counts for c in self.active])
         return max_min_rates(cf, links, counts, self.capacity, len(self.active))
@@ -250,7 +260,9 @@ class ContentionNetwork:
             self._start_phase(c.act, c.bundle, c.index + 1)
 
 
-def build_network(model: str, env: simpy.Environment, pricer: CollectivePricer, stats: NetworkStats) -> AlphaBetaNetwork | ContentionNetwork:
+def build_network(
+    model: str, env: simpy.Environment, pricer: CollectivePricer, stats: NetworkStats
+) -> AlphaBetaNetwork | ContentionNetwork:
     """The runtime for a network model name ('alpha-beta' or 'contention')."""
     if model == "alpha-beta":
         return AlphaBetaNetwork(env, pricer, stats)

@@ -68,7 +68,8 @@ def identical_bodies(program: Program, a: Segment, b: Segment) -> bool:
         return False
     ops = program.ops
     return all(
-        _same_op(ops[a.start + k], ops[b.start + k], a.start, b.start) for k in range(a.stop - a.start)
+        _same_op(ops[a.start + k], ops[b.start + k], a.start, b.start)
+        for k in range(a.stop - a.start)
     )
 
 

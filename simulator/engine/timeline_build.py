@@ -40,7 +40,15 @@ def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
             kinds[i] = "wait"
             groups[i] = ""
     streams = np.array(prog.stream_names, dtype=object)[np.asarray(prog.stream, dtype=np.int64)]
-    return {"name": names, "kind": kinds, "group": groups, "phase": phases, "bytes": nbytes, "flops": flops, "stream": streams}
+    return {
+        "name": names,
+        "kind": kinds,
+        "group": groups,
+        "phase": phases,
+        "bytes": nbytes,
+        "flops": flops,
+        "stream": streams,
+    }
 
 
 def rank_timeline(

@@ -67,7 +67,9 @@ class CollectivePricer:
         algorithm: str = "auto",
     ):
         if algorithm != "auto" and algorithm not in ALGORITHMS:
-            raise CostModelError(f"unknown collective algorithm '{algorithm}' (use auto or one of {', '.join(ALGORITHMS)})")
+            raise CostModelError(
+                f"unknown collective algorithm '{algorithm}' (use auto or one of {', '.join(ALGORITHMS)})"
+            )
         self.topology = topology
         self.params = params
         self.algorithm = algorithm
@@ -101,7 +103,11 @@ class CollectivePricer:
             ps = list(positions)
             if len(ps) <= 2:
                 return ps
-            key = tuple(int(self.gpu_local[gpus[q]]) for q in ps) if self.homogeneous else tuple(int(gpus[q]) for q in ps)
+            key = (
+                tuple(int(self.gpu_local[gpus[q]]) for q in ps)
+                if self.homogeneous
+                else tuple(int(gpus[q]) for q in ps)
+            )
             best = self._order_cache.get(key)
             if best is None:
                 best = self._best_cycle([int(gpus[q]) for q in ps])
@@ -149,7 +155,12 @@ class CollectivePricer:
             weights.extend([w] * len(path))
             rate = min(rate, float(self.bandwidth_Bps[idx].min()) / w)
             lat = max(lat, float(self.latency_s[idx].sum()))
-        result = (np.asarray(links, dtype=np.int64), np.asarray(weights, dtype=np.float64), rate, lat)
+        result = (
+            np.asarray(links, dtype=np.int64),
+            np.asarray(weights, dtype=np.float64),
+            rate,
+            lat,
+        )
         self._route_cache[key] = result
         return result
 
@@ -234,7 +245,9 @@ class CollectivePricer:
         links, evaluated on the worst bundle."""
         algo = algorithm or self.algorithm
         if algo != "auto" or kind is CollectiveKind.SEND_RECV:
-            return self.bind(kind, instances, "direct" if kind is CollectiveKind.SEND_RECV else algo, root, key)
+            return self.bind(
+                kind, instances, "direct" if kind is CollectiveKind.SEND_RECV else algo, root, key
+            )
         ckey = None if key is None else (key, kind, root, float(nbytes))
         if ckey is not None:
             hit = self._choice_cache.get(ckey)

@@ -104,7 +104,7 @@ def _ring_flows(rings: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]
         if len(ring) < 2:
             continue
         src.extend(ring)
-        dst.extend(list(ring[1:]) + [ring[0]])
+        dst.extend([*list(ring[1:]), ring[0]])
     return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
 
 
@@ -136,7 +136,9 @@ def _check_size(p: int) -> None:
         raise CostModelError(f"group size must be positive, got {p}")
 
 
-def ring_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order, root: int = 0) -> Schedule:
+def ring_schedule(
+    kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order, root: int = 0
+) -> Schedule:
     p = layout.size
     _check_size(p)
     if p == 1:
@@ -193,7 +195,9 @@ def _tree_edges(order: Sequence[int]) -> tuple[list[int], list[int], int]:
     return children, parents, depth
 
 
-def tree_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order, root: int = 0) -> Schedule:
+def tree_schedule(
+    kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order, root: int = 0
+) -> Schedule:
     p = layout.size
     _check_size(p)
     if p == 1:
@@ -218,7 +222,9 @@ def tree_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn = _identi
 def rhd_schedule(kind: CollectiveKind, p: int) -> Schedule:
     _check_size(p)
     if p & (p - 1):
-        raise CostModelError(f"algorithm 'recursive-halving-doubling' needs a power-of-two group, got {p}")
+        raise CostModelError(
+            f"algorithm 'recursive-halving-doubling' needs a power-of-two group, got {p}"
+        )
     if p == 1:
         return Schedule("recursive-halving-doubling", ())
     pos = np.arange(p, dtype=np.int64)
@@ -247,7 +253,9 @@ def _level_partition(layout: Layout, order: OrderFn) -> list[list[list[int]]]:
     return levels
 
 
-def hierarchical_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order) -> Schedule:
+def hierarchical_schedule(
+    kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order
+) -> Schedule:
     """Intra-level reduce-scatters, the top-level collective on the shard, mirror all-gathers."""
     p = layout.size
     _check_size(p)
@@ -259,7 +267,9 @@ def hierarchical_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn =
     # Check equal unit sizes at each level.
     for units in levels:
         if len({len(u) for u in units}) != 1:
-            raise CostModelError("algorithm 'hierarchical' needs the same number of group members in every node/package")
+            raise CostModelError(
+                "algorithm 'hierarchical' needs the same number of group members in every node/package"
+            )
     down: list[Phase] = []  # reduce-scatter phases, finest first
     up: list[Phase] = []  # all-gather phases, coarsest first (built reversed)
     fraction = 1.0  # share of S each position still owns entering a level
@@ -293,7 +303,9 @@ def hierarchical_schedule(kind: CollectiveKind, layout: Layout, order: OrderFn =
     return Schedule("hierarchical", tuple(down) + tuple(reversed(up)))
 
 
-def _split_by_index(units: list[list[int]], index_in_unit: dict[int, tuple[int, ...]]) -> list[list[int]]:
+def _split_by_index(
+    units: list[list[int]], index_in_unit: dict[int, tuple[int, ...]]
+) -> list[list[int]]:
     """Split each unit's positions into rings of equal finer-level index."""
     rings: list[list[int]] = []
     for u in units:
@@ -324,7 +336,9 @@ def build_schedule(
         return direct_schedule(kind, layout.size, root)
     if algorithm == "hierarchical":
         return hierarchical_schedule(kind, layout, order)
-    raise CostModelError(f"unknown collective algorithm '{algorithm}' (use one of {', '.join(ALGORITHMS)})")
+    raise CostModelError(
+        f"unknown collective algorithm '{algorithm}' (use one of {', '.join(ALGORITHMS)})"
+    )
 
 
 def candidate_algorithms(kind: CollectiveKind, layout: Layout) -> tuple[str, ...]:

@@ -22,7 +22,9 @@ from workloads.groups import ProcessGroups
 GROUP_KINDS = ("x", "y", "z", "data", "world")
 
 
-def coordinates(rank: np.ndarray | int, grid: Grid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def coordinates(
+    rank: np.ndarray | int, grid: Grid
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x, y, z, data) coordinates of ranks."""
     r = np.asarray(rank, dtype=np.int64)
     t = r % grid.tensor

@@ -70,20 +70,28 @@ def linear_layout(name: str, k: int, n: int, transposed: bool, grid: Grid) -> Li
     g_k, g_n = (grid.y, grid.x) if transposed else (grid.x, grid.y)
     group_k, group_n = ("y", "x") if transposed else ("x", "y")
     if k % g_k:
-        raise WorkloadError(f"parallel.grid: layer '{name}' has {k} input features, not divisible by {group_k.upper()}={g_k}")
+        raise WorkloadError(
+            f"parallel.grid: layer '{name}' has {k} input features, not divisible by {group_k.upper()}={g_k}"
+        )
     if n % g_n:
-        raise WorkloadError(f"parallel.grid: layer '{name}' has {n} output features, not divisible by {group_n.upper()}={g_n}")
+        raise WorkloadError(
+            f"parallel.grid: layer '{name}' has {n} output features, not divisible by {group_n.upper()}={g_n}"
+        )
     return LinearLayout(name, k, n, transposed, g_k, g_n, group_k, group_n, grid.z)
 
 
-def block_layouts(spec: TransformerSpec, grid: Grid, transpose_alternate: bool = True) -> list[LinearLayout]:
+def block_layouts(
+    spec: TransformerSpec, grid: Grid, transpose_alternate: bool = True
+) -> list[LinearLayout]:
     """The four linear layers of a block: QKV normal, attention-out transposed, MLP up
     normal, MLP down transposed (all normal if `transpose_alternate` is off)."""
     out = []
     for i, (name, k, n) in enumerate(spec.linear_shapes()):
         out.append(linear_layout(name, k, n, transpose_alternate and i % 2 == 1, grid))
     if spec.heads % (grid.y if transpose_alternate else grid.x):
-        raise WorkloadError(f"parallel.grid: {spec.heads} attention heads are not divisible by the QKV output split")
+        raise WorkloadError(
+            f"parallel.grid: {spec.heads} attention heads are not divisible by the QKV output split"
+        )
     return out
 
 

@@ -57,7 +57,9 @@ def shard_params(spec: TransformerSpec, grid: Grid, transpose_alternate: bool = 
     return spec.layers * (per_block + small) + logits + spec.seq_len * spec.hidden + 2 * spec.hidden
 
 
-def block_activation_bytes(spec: TransformerSpec, grid: Grid, tokens: int, transpose_alternate: bool = True) -> float:
+def block_activation_bytes(
+    spec: TransformerSpec, grid: Grid, tokens: int, transpose_alternate: bool = True
+) -> float:
     """Activations one block keeps for its backward, per GPU (flash attention: no s x s
     scores are stored)."""
     b = spec.dtype_bytes
@@ -92,7 +94,9 @@ def axonn_memory(
     logits = logits_layout(spec, grid)
     largest_gathered = max([lay.gathered_elems for lay in blocks] + [logits.gathered_elems])
     if cache_weights:
-        gathered = b * (spec.layers * sum(lay.gathered_elems for lay in blocks) + logits.gathered_elems)
+        gathered = b * (
+            spec.layers * sum(lay.gathered_elems for lay in blocks) + logits.gathered_elems
+        )
     else:
         gathered = b * largest_gathered * (2 if oag else 1)
     full_grad = b * largest_gathered  # one layer's dW before its reduce-scatter

@@ -65,20 +65,28 @@ class _Writer:
         self.prefetched: dict[str, int] = {}
 
     # ------------------------------------------------------------ primitives
-    def elementwise(self, name: str, elems: float, passes: float, flops_per_elem: float = 1.0) -> None:
+    def elementwise(
+        self, name: str, elems: float, passes: float, flops_per_elem: float = 1.0
+    ) -> None:
         self.b.compute(name, C.ELEMENTWISE, flops_per_elem * elems, passes * elems * self.db)
 
     def gather(self, lay: LinearLayout, tag: str, blocking: bool = True) -> int:
-        return self.b.collective(f"{tag}.ag_z", K.ALL_GATHER, "z", lay.gathered_elems * self.db, blocking=blocking)
+        return self.b.collective(
+            f"{tag}.ag_z", K.ALL_GATHER, "z", lay.gathered_elems * self.db, blocking=blocking
+        )
 
     def non_expert_convert(self, lay: LinearLayout, tag: str, forward: bool) -> None:
         """Non-expert mode: all-to-alls on X and Y turning data-parallel inputs into 4D ones."""
         elems = self.M * lay.k_local
         for g in ("x", "y"):
-            self.b.collective(f"{tag}.a2a_{g}.{'fwd' if forward else 'bwd'}", K.ALL_TO_ALL, g, elems * self.db)
+            self.b.collective(
+                f"{tag}.a2a_{g}.{'fwd' if forward else 'bwd'}", K.ALL_TO_ALL, g, elems * self.db
+            )
 
     # --------------------------------------------------------------- forward
-    def linear_forward(self, lay: LinearLayout, tag: str, next_layer: tuple[LinearLayout, str] | None) -> None:
+    def linear_forward(
+        self, lay: LinearLayout, tag: str, next_layer: tuple[LinearLayout, str] | None
+    ) -> None:
         s = self.s
         if not s.expert_mode:
             self.non_expert_convert(lay, tag, True)
@@ -93,7 +101,9 @@ class _Writer:
         else:
             self.gather(lay, tag)
         self.b.gemm(f"{tag}.fwd", self.M, lay.n_local, lay.k_local, self.db)
-        self.b.collective(f"{tag}.ar_{lay.group_k}.fwd", K.ALL_REDUCE, lay.group_k, self.M * lay.n_local * self.db)
+        self.b.collective(
+            f"{tag}.ar_{lay.group_k}.fwd", K.ALL_REDUCE, lay.group_k, self.M * lay.n_local * self.db
+        )
 
     def block_forward(self, layer: int, recompute: bool) -> None:
         sp, M = self.spec, self.M
@@ -110,13 +120,24 @@ class _Writer:
         heads_local = sp.heads // qkv.g_n
         attn_flops = 4.0 * M * sp.seq_len * heads_local * sp.head_dim * CAUSAL_ATTENTION_FRACTION
         attn_bytes = self.db * M * (qkv.n_local + heads_local * sp.head_dim)
-        self.b.compute(f"L{layer}.attn.fwd", C.ATTENTION, attn_flops, attn_bytes, (M, sp.seq_len, heads_local, sp.head_dim))
+        self.b.compute(
+            f"L{layer}.attn.fwd",
+            C.ATTENTION,
+            attn_flops,
+            attn_bytes,
+            (M, sp.seq_len, heads_local, sp.head_dim),
+        )
         self.linear_forward(out, tags[1], nexts[1])
         self.elementwise(f"L{layer}.residual1.fwd", M * self.h_res, 3)
         self.elementwise(f"L{layer}.ln2.fwd", M * self.h_res, 2, 8)
         self.linear_forward(up, tags[2], nexts[2])
         act_elems = M * up.n_local
-        self.elementwise(f"L{layer}.{'swiglu' if sp.gated_mlp else 'gelu'}.fwd", act_elems, 1.5 if sp.gated_mlp else 2, 8)
+        self.elementwise(
+            f"L{layer}.{'swiglu' if sp.gated_mlp else 'gelu'}.fwd",
+            act_elems,
+            1.5 if sp.gated_mlp else 2,
+            8,
+        )
         self.linear_forward(down, tags[3], nexts[3])
         self.elementwise(f"L{layer}.residual2.fwd", M * self.h_res, 3)
 
@@ -126,7 +147,13 @@ class _Writer:
         if not s.cache_weights:
             self.gather(lay, f"{tag}.bwd")
         self.b.gemm(f"{tag}.dI", self.M, lay.k_local, lay.n_local, self.db)
-        h = self.b.collective(f"{tag}.ar_{lay.group_n}.bwd", K.ALL_REDUCE, lay.group_n, self.M * lay.k_local * self.db, blocking=not s.oar)
+        h = self.b.collective(
+            f"{tag}.ar_{lay.group_n}.bwd",
+            K.ALL_REDUCE,
+            lay.group_n,
+            self.M * lay.k_local * self.db,
+            blocking=not s.oar,
+        )
         self.b.gemm(f"{tag}.dW", lay.k_local, lay.n_local, self.M, self.db)
         if s.oar:
             self.b.wait(h)
@@ -136,7 +163,13 @@ class _Writer:
             self.reduce_scatter(lay, tag)
 
     def reduce_scatter(self, lay: LinearLayout, tag: str) -> None:
-        h = self.b.collective(f"{tag}.rs_z", K.REDUCE_SCATTER, "z", lay.gathered_elems * self.db, blocking=not self.s.ors)
+        h = self.b.collective(
+            f"{tag}.rs_z",
+            K.REDUCE_SCATTER,
+            "z",
+            lay.gathered_elems * self.db,
+            blocking=not self.s.ors,
+        )
         if self.s.ors:
             self.rs_handles.append(h)
 
@@ -149,14 +182,22 @@ class _Writer:
             self.b.phase = "bwd"
         self.elementwise(f"L{layer}.residual2.bwd", M * self.h_res, 2)
         self.linear_backward(down, f"L{layer}.mlp_down")
-        self.elementwise(f"L{layer}.{'swiglu' if sp.gated_mlp else 'gelu'}.bwd", M * up.n_local, 3, 12)
+        self.elementwise(
+            f"L{layer}.{'swiglu' if sp.gated_mlp else 'gelu'}.bwd", M * up.n_local, 3, 12
+        )
         self.linear_backward(up, f"L{layer}.mlp_up")
         self.elementwise(f"L{layer}.ln2.bwd", M * self.h_res, 4, 12)
         self.elementwise(f"L{layer}.residual1.bwd", M * self.h_res, 2)
         self.linear_backward(out, f"L{layer}.attn_out")
         heads_local = sp.heads // qkv.g_n
         fwd = 4.0 * M * sp.seq_len * heads_local * sp.head_dim * CAUSAL_ATTENTION_FRACTION
-        self.b.compute(f"L{layer}.attn.bwd", C.ATTENTION, ATTENTION_BACKWARD_FACTOR * fwd, 2 * self.db * M * qkv.n_local, (M, sp.seq_len, heads_local, sp.head_dim))
+        self.b.compute(
+            f"L{layer}.attn.bwd",
+            C.ATTENTION,
+            ATTENTION_BACKWARD_FACTOR * fwd,
+            2 * self.db * M * qkv.n_local,
+            (M, sp.seq_len, heads_local, sp.head_dim),
+        )
         self.linear_backward(qkv, f"L{layer}.qkv")
         self.elementwise(f"L{layer}.ln1.bwd", M * self.h_res, 4, 12)
 
@@ -192,9 +233,16 @@ class _Writer:
         b.phase = "grad-sync"
         for layer in reversed(range(sp.layers)):
             for lay in reversed(self.blocks):
-                b.collective(f"L{layer}.{lay.name}.ar_data", K.ALL_REDUCE, "data", lay.shard_elems * db)
+                b.collective(
+                    f"L{layer}.{lay.name}.ar_data", K.ALL_REDUCE, "data", lay.shard_elems * db
+                )
         b.collective("logits.ar_data", K.ALL_REDUCE, "data", self.logits.shard_elems * db)
-        small = [("ln1.w", self.h_res), ("ln1.b", self.h_res), ("ln2.w", self.h_res), ("ln2.b", self.h_res)]
+        small = [
+            ("ln1.w", self.h_res),
+            ("ln1.b", self.h_res),
+            ("ln2.w", self.h_res),
+            ("ln2.b", self.h_res),
+        ]
         small += [(f"{lay.name}.bias", lay.n_local) for lay in self.blocks]
         for layer in reversed(range(sp.layers)):
             for name, elems in small:
@@ -207,7 +255,9 @@ class _Writer:
         from workloads.axonn.memory import shard_params
 
         params = shard_params(sp, self.s.grid, self.s.transpose_alternate)
-        per_param = 36.0 if self.s.optimizer == "adam" else 14.0  # bytes read + written per parameter
+        per_param = (
+            36.0 if self.s.optimizer == "adam" else 14.0
+        )  # bytes read + written per parameter
         b.compute("optimizer.step", C.OPTIMIZER, 12.0 * params, per_param * params, dtype_bytes=4)
 
 

@@ -28,16 +28,22 @@ class TrainingSetup:
 
 def batch_sequences(spec: TransformerSpec, training: TrainingSetup) -> int:
     if training.batch_tokens % spec.seq_len:
-        raise WorkloadError(f"training.batch_tokens={training.batch_tokens} is not a multiple of the sequence length {spec.seq_len}")
+        raise WorkloadError(
+            f"training.batch_tokens={training.batch_tokens} is not a multiple of the sequence length {spec.seq_len}"
+        )
     return training.batch_tokens // spec.seq_len
 
 
-def check_grid(spec: TransformerSpec, grid: Grid, params: AxonnParallel, training: TrainingSetup, gpus: int) -> int:
+def check_grid(
+    spec: TransformerSpec, grid: Grid, params: AxonnParallel, training: TrainingSetup, gpus: int
+) -> int:
     """Validate a grid against the model, batch and GPU count; return sequences per GPU."""
     if params.pipeline != 1:
         raise WorkloadError("parallel.pipeline > 1 (AxoNN's G_inter) is not supported by axsim yet")
     if grid.size != gpus:
-        raise WorkloadError(f"parallel.grid: X*Y*Z*data = {grid.size} does not equal the {gpus} GPUs")
+        raise WorkloadError(
+            f"parallel.grid: X*Y*Z*data = {grid.size} does not equal the {gpus} GPUs"
+        )
     block_layouts(spec, grid, params.transpose_alternate)
     logits_layout(spec, grid)
     seqs = batch_sequences(spec, training)
@@ -49,7 +55,9 @@ def check_grid(spec: TransformerSpec, grid: Grid, params: AxonnParallel, trainin
     return seqs // shards
 
 
-def memory_for(spec: TransformerSpec, grid: Grid, params: AxonnParallel, training: TrainingSetup, mbs: int) -> MemoryBreakdown:
+def memory_for(
+    spec: TransformerSpec, grid: Grid, params: AxonnParallel, training: TrainingSetup, mbs: int
+) -> MemoryBreakdown:
     return axonn_memory(
         spec,
         grid,
@@ -63,7 +71,12 @@ def memory_for(spec: TransformerSpec, grid: Grid, params: AxonnParallel, trainin
 
 
 def choose_microbatch(
-    spec: TransformerSpec, grid: Grid, params: AxonnParallel, training: TrainingSetup, per_gpu: int, capacity_bytes: float
+    spec: TransformerSpec,
+    grid: Grid,
+    params: AxonnParallel,
+    training: TrainingSetup,
+    per_gpu: int,
+    capacity_bytes: float,
 ) -> int:
     """The largest divisor of the per-GPU sequences whose memory fits (1 if none fits)."""
     divisors = [d for d in range(1, per_gpu + 1) if per_gpu % d == 0]
@@ -74,7 +87,14 @@ def choose_microbatch(
     return best
 
 
-def heuristic_grid(spec: TransformerSpec, params: AxonnParallel, training: TrainingSetup, gpus: int, gpus_per_node: int, capacity_bytes: float) -> Grid:
+def heuristic_grid(
+    spec: TransformerSpec,
+    params: AxonnParallel,
+    training: TrainingSetup,
+    gpus: int,
+    gpus_per_node: int,
+    capacity_bytes: float,
+) -> Grid:
     """A simple valid grid: the smallest tensor-parallel size (powers of two) whose model
     states fit with microbatch 1, X inside a node, the rest over Z, data outside."""
     seqs = batch_sequences(spec, training)
