@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "simulator.commands.topology",
     "simulator.commands.collective",
     "simulator.commands.simulate",
+    "simulator.commands.search",
 )
 
 

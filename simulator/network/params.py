@@ -25,6 +25,7 @@ class NetworkParams:
     step_latency_intra_s: float = 0.0
     step_latency_inter_s: float = 0.0
     collective_overhead_s: float = 0.0
+    pxn: bool = True  # inter-node traffic leaves through the NIC of the destination's rail
 
     @classmethod
     def ideal(cls) -> NetworkParams:

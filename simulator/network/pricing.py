@@ -80,6 +80,9 @@ class CollectivePricer:
         self.gpu_local = topology.devices.local_index[topology.gpus].astype(np.int64)
         self.package_size = int(topology.metadata.get("package_size", 1) or 1)
         self.homogeneous = bool(topology.metadata.get("homogeneous_nodes", True))
+        self._gpu_at: dict[tuple[int, int], int] = {
+            (int(nd), int(lc)): g for g, (nd, lc) in enumerate(zip(self.gpu_node, self.gpu_local, strict=True))
+        }
         self._order_cache: dict[tuple[int, ...], list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
@@ -139,11 +142,33 @@ class CollectivePricer:
 
     # -------------------------------------------------------------- routes
     def _route(self, src_gpu: int, dst_gpu: int) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """(links, weights, per-flow rate, worst path latency) of a GPU pair."""
+        """(links, weights, per-flow rate, worst path latency) of a GPU pair.
+
+        With PXN (NCCL >= 2.12), traffic to another node first moves inside the source node
+        to the GPU on the destination's rail (same local index) and leaves through that GPU's
+        NIC, so each NCCL channel stays on one rail of the fabric.
+        """
         key = (src_gpu, dst_gpu)
         hit = self._route_cache.get(key)
         if hit is not None:
             return hit
+        relay = self._pxn_relay(src_gpu, dst_gpu)
+        if relay is not None:
+            a = self._direct_route(src_gpu, relay)
+            b = self._direct_route(relay, dst_gpu)
+            result = (np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]), min(a[2], b[2]), a[3] + b[3])
+        else:
+            result = self._direct_route(src_gpu, dst_gpu)
+        self._route_cache[key] = result
+        return result
+
+    def _pxn_relay(self, src_gpu: int, dst_gpu: int) -> int | None:
+        if not self.params.pxn or self.gpu_node[src_gpu] == self.gpu_node[dst_gpu]:
+            return None
+        relay = self._gpu_at.get((int(self.gpu_node[src_gpu]), int(self.gpu_local[dst_gpu])))
+        return None if relay is None or relay == src_gpu else relay
+
+    def _direct_route(self, src_gpu: int, dst_gpu: int) -> tuple[np.ndarray, np.ndarray, float, float]:
         route = self.topology.route(src_gpu, dst_gpu)
         links: list[int] = []
         weights: list[float] = []
@@ -155,14 +180,7 @@ class CollectivePricer:
             weights.extend([w] * len(path))
             rate = min(rate, float(self.bandwidth_Bps[idx].min()) / w)
             lat = max(lat, float(self.latency_s[idx].sum()))
-        result = (
-            np.asarray(links, dtype=np.int64),
-            np.asarray(weights, dtype=np.float64),
-            rate,
-            lat,
-        )
-        self._route_cache[key] = result
-        return result
+        return (np.asarray(links, dtype=np.int64), np.asarray(weights, dtype=np.float64), rate, lat)
 
     # --------------------------------------------------------------- binding
     def _bind(self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray) -> Bundle:
