@@ -37,7 +37,7 @@ from simulator.cost.gemm import gemm_efficiency
 from simulator.cost.kernel_params import KernelParams, kernel_params
 from simulator.errors import CostModelError
 from topologies.hardware import GpuSpec, gpu_spec
-from workloads.ops import ComputeKind, ComputeOp
+from workloads.ops import ComputeKind, ComputeOp, Op
 
 OpKey = tuple[ComputeKind, tuple[int, ...], float, float, int, bool]
 MEMORY_BOUND = frozenset(
@@ -109,6 +109,13 @@ class KernelModel:
     def launch_overhead_s(self) -> float:
         """Gap between back-to-back kernels on one stream, added to every op."""
         return self.params.launch_overhead_s
+
+    def issue_s(self, op: Op) -> float:
+        """Host time to dispatch an op (eager PyTorch: dispatcher, autograd, launch; for
+        collectives also ProcessGroupNCCL's work and stream-sync bookkeeping)."""
+        if isinstance(op, ComputeOp):
+            return self.params.cpu_issue_compute_s
+        return self.params.cpu_issue_collective_s
 
     @property
     def overlap_slowdown(self) -> float:

@@ -7,6 +7,7 @@ program (and per compute-speed factor), however many ranks share it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulator.costmodel import KernelTimer
@@ -45,19 +46,30 @@ class CommInfo:
     peer: int = -1  # send: destination position; recv: source position
 
 
+CommEstimate = Callable[[CommInfo], float]
+"""Estimated isolated duration (s) of a rank's communication op, for overlap accounting."""
+
+
 @dataclass(eq=False)
 class CompiledProgram:
-    """Flat arrays of one program, priced for one compute-speed factor."""
+    """Flat arrays of one program, priced for one compute-speed factor.
+
+    `issue_ps[i]` is when the host thread has dispatched op i (cumulative CPU dispatch
+    cost in program order; the CPU never waits for the GPU in these programs), so an op
+    cannot start on its stream earlier. `stretch_ps[i]` is the extra time compute op i
+    takes because communication kernels run beside it.
+    """
 
     program: Program
     kind: list[int]
     stream: list[int]
     deps: list[tuple[int, ...]]
     dur_ps: list[int]
+    issue_ps: list[int]
     comm: list[CommInfo | None]
     stream_names: list[str]
     stream_ops: list[list[int]]
-    overlapped: list[bool]
+    overlap_s: list[float]
     compute_ps_total: int = 0
     meta: dict[str, object] = field(default_factory=dict)
 
@@ -72,52 +84,50 @@ def compile_program(
     slowdown: float = 1.0,
     overlap_slowdown: float = 1.0,
     duration_cache: dict[object, int] | None = None,
+    comm_estimate: CommEstimate | None = None,
 ) -> CompiledProgram:
     """Compile `program`; compute durations come from `kernels`, scaled by `slowdown`
-    (a straggler's factor) and by `overlap_slowdown` for compute issued while an
-    asynchronous collective of the same rank is outstanding."""
+    (a straggler's factor); the part of a compute op that overlaps this rank's
+    communication (estimated statically, see `estimate_overlap`) is stretched by
+    `overlap_slowdown`."""
     cache = duration_cache if duration_cache is not None else {}
     stream_index: dict[str, int] = {}
     kinds: list[int] = []
     streams: list[int] = []
     deps: list[tuple[int, ...]] = []
-    durs: list[int] = []
+    base: list[int] = []
+    issue: list[int] = []
     comms: list[CommInfo | None] = []
     coll_count: dict[str, int] = {}
     p2p_count: dict[tuple[str, str, int], int] = {}
-    overlapped = _overlap_flags(program)
-    total = 0
-    for i, op in enumerate(program.ops):
-        s = stream_index.setdefault(op.stream, len(stream_index))
-        streams.append(s)
+    issue_fn = getattr(kernels, "issue_s", None)
+    cpu = 0
+    for op in program.ops:
+        streams.append(stream_index.setdefault(op.stream, len(stream_index)))
         deps.append(tuple(op_dependencies(op)))
+        if issue_fn is not None and not isinstance(op, WaitOp):
+            cpu += to_ps(issue_fn(op))
+        issue.append(cpu)
         if isinstance(op, ComputeOp):
-            base = cache.get(op)
-            if base is None:
+            d = cache.get(op)
+            if d is None:
                 seconds = kernels.duration_s(op)
                 if seconds < 0 or seconds != seconds:
-                    raise EngineError(
-                        f"kernel model returned an invalid duration for op '{op.name}'"
-                    )
-                base = to_ps(seconds)
-                cache[op] = base
-            d = base
-            if slowdown != 1.0 or (overlapped[i] and overlap_slowdown != 1.0):
-                factor = slowdown * (overlap_slowdown if overlapped[i] else 1.0)
-                d = round(base * factor)
+                    raise EngineError(f"kernel model returned an invalid duration for op '{op.name}'")
+                d = to_ps(seconds)
+                cache[op] = d
             kinds.append(COMPUTE)
-            durs.append(d)
+            base.append(round(d * slowdown) if slowdown != 1.0 else d)
             comms.append(None)
-            total += d
         elif isinstance(op, WaitOp):
             kinds.append(WAIT)
-            durs.append(0)
+            base.append(0)
             comms.append(None)
         elif isinstance(op, CollectiveOp):
             k = coll_count.get(op.group, 0)
             coll_count[op.group] = k + 1
             kinds.append(COLL)
-            durs.append(0)
+            base.append(0)
             comms.append(CommInfo(op.group, k, op.kind, float(op.bytes), op.root, op.algorithm))
         elif isinstance(op, SendOp | RecvOp):
             direction = "send" if isinstance(op, SendOp) else "recv"
@@ -125,54 +135,91 @@ def compile_program(
             k = p2p_count.get(key, 0)
             p2p_count[key] = k + 1
             kinds.append(SEND if direction == "send" else RECV)
-            durs.append(0)
-            comms.append(
-                CommInfo(op.group, k, CollectiveKind.SEND_RECV, float(op.bytes), peer=op.peer)
-            )
+            base.append(0)
+            comms.append(CommInfo(op.group, k, CollectiveKind.SEND_RECV, float(op.bytes), peer=op.peer))
         else:  # pragma: no cover - the Op union is closed
             raise EngineError(f"unknown op type {type(op).__name__}")
+    overlap = estimate_overlap(program, kinds, base, comms, comm_estimate)
+    durs = base
+    if overlap_slowdown != 1.0:
+        extra = overlap_slowdown - 1.0
+        durs = [d + to_ps(extra * o) if o > 0 else d for d, o in zip(base, overlap, strict=True)]
     stream_ops: list[list[int]] = [[] for _ in stream_index]
-    for i, s in enumerate(streams):
-        stream_ops[s].append(i)
+    for i, s_ in enumerate(streams):
+        stream_ops[s_].append(i)
     return CompiledProgram(
         program=program,
         kind=kinds,
         stream=streams,
         deps=deps,
         dur_ps=durs,
+        issue_ps=issue,
         comm=comms,
         stream_names=list(stream_index),
         stream_ops=stream_ops,
-        overlapped=overlapped,
-        compute_ps_total=total,
+        overlap_s=overlap,
+        compute_ps_total=sum(d for d, k in zip(durs, kinds, strict=True) if k == COMPUTE),
     )
 
 
-def _overlap_flags(program: Program) -> list[bool]:
-    """Compute ops issued while an asynchronous collective of the rank is outstanding.
+def estimate_overlap(
+    program: Program,
+    kinds: list[int],
+    base_ps: list[int],
+    comms: list[CommInfo | None],
+    comm_estimate: CommEstimate | None,
+) -> list[float]:
+    """Seconds of each compute op that run while a communication op of the same rank is
+    in flight, estimated on the compute stream's own clock.
 
-    A communication op is outstanding from its issue until an op on the issuing compute
-    stream depends on it (directly or through a wait); that also settles every earlier op
-    of the same communication stream (streams are FIFO).
+    Replays the program alone: compute ops advance a clock; a communication op starts at
+    the current clock (after the previous op of its stream) and lasts its estimated
+    isolated time (`comm_estimate`; unknown = until waited); a wait moves the clock to the
+    awaited op's end. Static, so full and symmetric runs stretch the same ops, and a
+    compute op is only slowed for the part of it that can overlap a transfer.
     """
-    flags = [False] * len(program.ops)
-    outstanding: dict[str, list[int]] = {}
-    position: dict[int, tuple[str, int]] = {}
+    n = len(program.ops)
+    out = [0.0] * n
+    clock = 0.0
+    end_of: dict[int, float] = {}
+    stream_free: dict[str, float] = {}
+    inflight: list[tuple[float, float]] = []  # (start, end) on the compute clock
     for i, op in enumerate(program.ops):
-        if isinstance(op, CollectiveOp | SendOp | RecvOp):
-            lst = outstanding.setdefault(op.stream, [])
-            position[i] = (op.stream, len(lst))
-            lst.append(i)
-            continue
-        for d in op_dependencies(op):
-            where = position.get(d)
-            if where is not None:
-                s, _k = where
-                lst = outstanding.get(s, [])
-                keep = [j for j in lst if j > d]
-                outstanding[s] = keep
-                for idx, j in enumerate(keep):
-                    position[j] = (s, idx)
-        if isinstance(op, ComputeOp):
-            flags[i] = any(outstanding.values())
-    return flags
+        k = kinds[i]
+        if k == COMPUTE:
+            d = base_ps[i] / PS_PER_S
+            lo, hi = clock, clock + d
+            inflight = [(a, b) for a, b in inflight if b > lo]
+            covered = _covered(lo, hi, inflight)
+            out[i] = covered
+            clock = hi
+        elif k == WAIT:
+            assert isinstance(op, WaitOp)
+            clock = max(clock, end_of.get(op.target, clock))
+        else:
+            info = comms[i]
+            assert info is not None
+            start = max(clock, stream_free.get(op.stream, 0.0))
+            dur = comm_estimate(info) if comm_estimate is not None else float("inf")
+            end = start + dur
+            stream_free[op.stream] = end
+            end_of[i] = end
+            inflight.append((start, end))
+    return out
+
+
+def _covered(lo: float, hi: float, intervals: list[tuple[float, float]]) -> float:
+    """Length of [lo, hi) covered by the union of intervals."""
+    pieces = sorted((max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi)
+    total = 0.0
+    cur_a = cur_b = None
+    for a, b in pieces:
+        if cur_b is None or a > cur_b:
+            if cur_b is not None:
+                total += cur_b - cur_a  # type: ignore[operator]
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    if cur_b is not None:
+        total += cur_b - cur_a  # type: ignore[operator]
+    return total

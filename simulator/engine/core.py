@@ -163,6 +163,7 @@ class Engine:
                     factor,
                     self.cost.overlap_slowdown,
                     durations,
+                    self._comm_estimator(rep) if self.cost.overlap_slowdown != 1.0 else None,
                 )
                 compiled[(pidx, factor)] = cp
             n = cp.num_ops
@@ -182,6 +183,28 @@ class Engine:
         self.ops_total = sum(r.prog.num_ops for r in self.ranks)
         self.program_end = max((r.prog.num_ops for r in self.ranks), default=0)
         self.gate = self.program_end
+
+    def _comm_estimator(self, rank: int):  # type: ignore[no-untyped-def]
+        """Isolated duration estimates of `rank`'s communication ops (for overlap)."""
+        pricer = self.cost.pricer
+        view = self.view
+
+        def estimate(info) -> float:  # type: ignore[no-untyped-def]
+            # every instance of the group kind at once (as in a lockstep iteration), the same
+            # in both engine modes so both stretch the same ops
+            gv = view.groups[info.group]
+            if info.peer >= 0:
+                own = int(gv.position_of[rank])
+                src, dst = own, info.peer
+                rows = self.placement[gv.members[:, [src, dst]]]
+                key: Hashable = (info.group, "all", src, dst)
+            else:
+                rows = self.placement[gv.members]
+                key = (info.group, "all")
+            bundles = pricer.bundles(info.kind, rows, info.nbytes, info.root, info.algorithm, key)
+            return max((pricer.estimate_time_s(b, info.nbytes) for b in bundles), default=0.0)
+
+        return estimate
 
     def _run(self, skip: bool) -> EngineResult | None:
         self._setup()
@@ -250,7 +273,7 @@ class Engine:
     def _advance(self, r: _Rank, s: int) -> None:
         prog = r.prog
         ops = prog.stream_ops[s]
-        kind, deps, dur = prog.kind, prog.deps, prog.dur_ps
+        kind, deps, dur, issue = prog.kind, prog.deps, prog.dur_ps, prog.issue_ps
         end, start = r.end, r.start
         pos, free = r.pos[s], r.free[s]
         gate = self.gate
@@ -261,7 +284,7 @@ class Engine:
             i = ops[pos]
             if i >= gate or i == inflight:
                 break
-            t = free
+            t = issue[i] if issue[i] > free else free
             blocked = -1
             for d in deps[i]:
                 e = end[d]
@@ -337,18 +360,19 @@ class Engine:
         assert info is not None
         gv = self.view.groups[info.group]
         kc = int(key[1])  # type: ignore[arg-type]
+        rows = gv.rows[kc]
+        whole = rows.shape[0] == gv.members.shape[0]  # every instance: share pricing caches
         if len(key) == 3:
-            ikey: Hashable = (info.group, kc)
+            ikey: Hashable = (info.group, "all") if whole else (info.group, kc)
             inst = self.instances_cache.get(ikey)
             if inst is None:
-                inst = self.placement[gv.members[gv.rows[kc]]]
+                inst = self.placement[gv.members[rows]]
                 self.instances_cache[ikey] = inst
         else:
             src, dst = int(key[2]), int(key[3])  # type: ignore[call-overload]
-            ikey = (info.group, kc, src, dst)
+            ikey = (info.group, "all", src, dst) if whole else (info.group, kc, src, dst)
             inst = self.instances_cache.get(ikey)
             if inst is None:
-                rows = gv.rows[kc]
                 inst = self.placement[gv.members[rows][:, [src, dst]]]
                 self.instances_cache[ikey] = inst
         if p.ready < self.env.now:
