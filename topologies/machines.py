@@ -127,6 +127,7 @@ def build_machine(
         "fabric": dict(fabric.parameters),
         "gpu_nic": list(template.gpu_nic),
         "homogeneous_nodes": True,
+        "links_per_node": template.num_links,
     }
     return Topology(
         name=f"{preset.name}-{n}n",

@@ -81,8 +81,22 @@ class CollectivePricer:
         self.package_size = int(topology.metadata.get("package_size", 1) or 1)
         self.homogeneous = bool(topology.metadata.get("homogeneous_nodes", True))
         self._gpu_at: dict[tuple[int, int], int] = {
-            (int(nd), int(lc)): g for g, (nd, lc) in enumerate(zip(self.gpu_node, self.gpu_local, strict=True))
+            (int(nd), int(lc)): g
+            for g, (nd, lc) in enumerate(zip(self.gpu_node, self.gpu_local, strict=True))
         }
+        self._bw_list: list[float] = self.bandwidth_Bps.tolist()
+        self._lat_list: list[float] = np.asarray(self.latency_s, dtype=np.float64).tolist()
+        lpn = topology.metadata.get("links_per_node")
+        self.links_per_node = int(lpn) if lpn and self.homogeneous else 0  # 0 = no node templates
+        self.gpus_per_node = int(topology.gpus_per_node)
+        self._latency = np.asarray(self.latency_s, dtype=np.float64)
+        n_nodes = int(self.gpu_node.max()) + 1 if self.gpu_node.size else 0
+        n_local = int(self.gpu_local.max()) + 1 if self.gpu_local.size else 0
+        self._gpu_grid = np.full((n_nodes, n_local), -1, dtype=np.int64)
+        self._gpu_grid[self.gpu_node, self.gpu_local] = np.arange(self.gpu_node.shape[0])
+        self._template_cache: dict[
+            tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]
+        ] = {}
         self._order_cache: dict[tuple[int, ...], list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
@@ -100,6 +114,19 @@ class CollectivePricer:
             local=tuple(int(x) for x in local),
             package=tuple(int(x) // self.package_size for x in local),
         )
+
+    def layout_classes(self, instances: np.ndarray) -> dict[Layout, np.ndarray]:
+        """Instance rows grouped by layout (vectorised: rows with the same node offsets
+        and local indices share a layout)."""
+        nodes = self.gpu_node[instances]
+        key = np.concatenate([nodes - nodes[:, :1], self.gpu_local[instances]], axis=1)
+        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        out: dict[Layout, list[np.ndarray]] = {}
+        for cls in np.argsort(first, kind="stable").tolist():
+            rows = np.flatnonzero(inverse == cls)
+            out.setdefault(self.layout(instances[rows[0]]), []).append(rows)
+        return {lay: np.sort(np.concatenate(parts)) for lay, parts in out.items()}
 
     def _order_fn(self, gpus: np.ndarray) -> OrderFn:
         def order(positions: Sequence[int]) -> list[int]:
@@ -156,7 +183,12 @@ class CollectivePricer:
         if relay is not None:
             a = self._direct_route(src_gpu, relay)
             b = self._direct_route(relay, dst_gpu)
-            result = (np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]), min(a[2], b[2]), a[3] + b[3])
+            result = (
+                np.concatenate([a[0], b[0]]),
+                np.concatenate([a[1], b[1]]),
+                min(a[2], b[2]),
+                a[3] + b[3],
+            )
         else:
             result = self._direct_route(src_gpu, dst_gpu)
         self._route_cache[key] = result
@@ -168,19 +200,127 @@ class CollectivePricer:
         relay = self._gpu_at.get((int(self.gpu_node[src_gpu]), int(self.gpu_local[dst_gpu])))
         return None if relay is None or relay == src_gpu else relay
 
-    def _direct_route(self, src_gpu: int, dst_gpu: int) -> tuple[np.ndarray, np.ndarray, float, float]:
+    def _direct_route(
+        self, src_gpu: int, dst_gpu: int
+    ) -> tuple[np.ndarray, np.ndarray, float, float]:
         route = self.topology.route(src_gpu, dst_gpu)
+        bw, lt = self._bw_list, self._lat_list
         links: list[int] = []
         weights: list[float] = []
-        rate = np.inf
+        rate = float("inf")
         lat = 0.0
         for path, w in zip(route.paths, route.weights, strict=True):
-            idx = np.fromiter(path, dtype=np.int64, count=len(path))
             links.extend(path)
             weights.extend([w] * len(path))
-            rate = min(rate, float(self.bandwidth_Bps[idx].min()) / w)
-            lat = max(lat, float(self.latency_s[idx].sum()))
+            rate = min(rate, min(bw[x] for x in path) / w)
+            lat = max(lat, sum(lt[x] for x in path))
         return (np.asarray(links, dtype=np.int64), np.asarray(weights, dtype=np.float64), rate, lat)
+
+    def _node_template(
+        self, local_src: int, local_dst: int
+    ) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """Route between two GPUs of node 0; other nodes' routes are it shifted by
+        node x links_per_node (homogeneous machine presets number links node-major)."""
+        key = (local_src, local_dst)
+        hit = self._template_cache.get(key)
+        if hit is None:
+            a = self._gpu_at[(int(self.gpu_node[0]), local_src)]
+            b = self._gpu_at[(int(self.gpu_node[0]), local_dst)]
+            hit = self._direct_route(a, b)
+            self._template_cache[key] = hit
+        return hit
+
+    def _local_parts(self, src: np.ndarray, dst: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray]:
+        """Links/weights of node-local flows from translated node-0 templates, plus each
+        flow's rate and latency."""
+        g = self.gpus_per_node
+        ls, ld = self.gpu_local[src], self.gpu_local[dst]
+        offset = self.gpu_node[src] * self.links_per_node
+        pair = ls * g + ld
+        links: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        rates = np.empty(src.shape[0])
+        lats = np.empty(src.shape[0])
+        for p in np.unique(pair).tolist():
+            sel = pair == p
+            t_links, t_w, t_rate, t_lat = self._node_template(p // g, p % g)
+            links.append((offset[sel][:, None] + t_links[None, :]).ravel())
+            weights.append(np.tile(t_w, int(sel.sum())))
+            rates[sel] = t_rate
+            lats[sel] = t_lat
+        return links, weights, rates, lats
+
+    def _routed_parts(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Links/weights of arbitrary flows from the topology's router, with per-flow rate and
+        latency computed in numpy over the flattened paths."""
+        route = self.topology.route
+        flat: list[int] = []
+        path_len: list[int] = []
+        path_w: list[float] = []
+        npaths: list[int] = []
+        for a, b in zip(src.tolist(), dst.tolist(), strict=True):
+            r = route(a, b)
+            npaths.append(len(r.paths))
+            for path, w in zip(r.paths, r.weights, strict=True):
+                flat.extend(path)
+                path_len.append(len(path))
+                path_w.append(w)
+        links = np.asarray(flat, dtype=np.int64)
+        plen = np.asarray(path_len, dtype=np.int64)
+        pw = np.asarray(path_w, dtype=np.float64)
+        starts = np.concatenate([[0], np.cumsum(plen)[:-1]])
+        bott = np.minimum.reduceat(self.bandwidth_Bps[links], starts) / pw
+        plat = np.add.reduceat(self._latency[links], starts)
+        rstarts = np.concatenate([[0], np.cumsum(np.asarray(npaths, dtype=np.int64))[:-1]])
+        rates = np.minimum.reduceat(bott, rstarts)
+        lats = np.maximum.reduceat(plat, rstarts)
+        return links, np.repeat(pw, plen), rates, lats
+
+    def _flow_links(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float, bool]:
+        """All links (with route weights) of a set of flows, their slowest rate and worst
+        latency, and whether any flow leaves its node.
+
+        Node-local flows use translated templates; inter-node flows take PXN's rail-aligned
+        path (a node-local hop to the GPU on the destination's rail, then the fabric)."""
+        links: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        rate = float("inf")
+        lat = 0.0
+        same = self.gpu_node[src] == self.gpu_node[dst]
+        templated = bool(self.links_per_node)
+        if templated and same.any():
+            lk, wt, rt, lt = self._local_parts(src[same], dst[same])
+            links += lk
+            weights += wt
+            rate, lat = min(rate, float(rt.min())), max(lat, float(lt.max()))
+        far = ~same if templated else np.ones(src.shape[0], dtype=bool)
+        inter = bool((~same).any())
+        if far.any():
+            a, b = src[far], dst[far]
+            first_lat = np.zeros(a.shape[0])
+            if self.params.pxn:
+                relay = self._gpu_grid[self.gpu_node[a], self.gpu_local[b]]
+                hop = (relay >= 0) & (relay != a) & (self.gpu_node[a] != self.gpu_node[b])
+                if hop.any():
+                    if templated:
+                        lk, wt, rt, lt = self._local_parts(a[hop], relay[hop])
+                        links += lk
+                        weights += wt
+                    else:
+                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop])
+                        links.append(lk1)
+                        weights.append(wt1)
+                    rate = min(rate, float(rt.min()))
+                    first_lat[hop] = lt
+                    a = np.where(hop, relay, a)
+            lk2, wt2, rt2, lt2 = self._routed_parts(a, b)
+            links.append(lk2)
+            weights.append(wt2)
+            rate = min(rate, float(rt2.min()))
+            lat = max(lat, float((first_lat + lt2).max()))
+        if not links:
+            return np.zeros(0, dtype=np.int64), np.zeros(0), rate, lat, inter
+        return np.concatenate(links), np.concatenate(weights), rate, lat, inter
 
     # --------------------------------------------------------------- binding
     def _bind(self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray) -> Bundle:
@@ -188,20 +328,7 @@ class CollectivePricer:
         for ph in schedule.phases:
             src = instances[np.ix_(rows, ph.src)].ravel()
             dst = instances[np.ix_(rows, ph.dst)].ravel()
-            link_parts: list[np.ndarray] = []
-            weight_parts: list[np.ndarray] = []
-            rate = np.inf
-            lat = 0.0
-            inter = False
-            for s, d in zip(src.tolist(), dst.tolist(), strict=True):
-                links, weights, r, lt = self._route(s, d)
-                link_parts.append(links)
-                weight_parts.append(weights)
-                rate = min(rate, r)
-                lat = max(lat, lt)
-                inter = inter or self.gpu_node[s] != self.gpu_node[d]
-            all_links = np.concatenate(link_parts) if link_parts else np.zeros(0, dtype=np.int64)
-            all_w = np.concatenate(weight_parts) if weight_parts else np.zeros(0)
+            all_links, all_w, rate, lat, inter = self._flow_links(src, dst)
             uniq, inv = np.unique(all_links, return_inverse=True)
             counts = np.bincount(inv, weights=all_w, minlength=uniq.shape[0])
             step = self.params.step_latency_inter_s if inter else self.params.step_latency_intra_s
@@ -236,13 +363,10 @@ class CollectivePricer:
         inst = np.asarray(instances, dtype=np.int64)
         if inst.ndim != 2:
             raise CostModelError("instances must be a 2-D table of GPU indices")
-        by_layout: dict[Layout, list[int]] = {}
-        for row in range(inst.shape[0]):
-            by_layout.setdefault(self.layout(inst[row]), []).append(row)
         bundles = []
-        for layout, rows in by_layout.items():
+        for layout, rows in self.layout_classes(inst).items():
             schedule = build_schedule(algorithm, kind, layout, self._order_fn(inst[rows[0]]), root)
-            bundles.append(self._bind(schedule, inst, np.asarray(rows, dtype=np.int64)))
+            bundles.append(self._bind(schedule, inst, rows))
         result = tuple(bundles)
         if cache_key is not None:
             self._bind_cache[cache_key] = result
@@ -258,9 +382,9 @@ class CollectivePricer:
         key: Hashable | None = None,
     ) -> tuple[Bundle, ...]:
         """Bundles for a collective of `nbytes`. With 'auto' the algorithm is the one with
-        the smallest estimated time, as NCCL's tuner picks it: latency plus bytes over the
-        rate the bundle gets when its own flows (all concurrent instances included) share
-        links, evaluated on the worst bundle."""
+        the smallest estimated time on one instance of each layout (latency plus bytes over
+        the rate its own flows get when they share links), as NCCL's tuner picks per
+        communicator; all instances are then bound with that algorithm."""
         algo = algorithm or self.algorithm
         if algo != "auto" or kind is CollectiveKind.SEND_RECV:
             return self.bind(
@@ -272,19 +396,22 @@ class CollectivePricer:
             if hit is not None:
                 return hit
         inst = np.asarray(instances, dtype=np.int64)
-        layout = self.layout(inst[0])
-        best: tuple[Bundle, ...] | None = None
+        classes = self.layout_classes(inst)
+        probe = inst[[int(rows[0]) for rows in classes.values()]]
+        pkey = None if key is None else (key, "probe")
+        best_algo: str | None = None
         best_t = np.inf
-        for cand in candidate_algorithms(kind, layout):
+        for cand in candidate_algorithms(kind, next(iter(classes))):
             try:
-                b = self.bind(kind, inst, cand, root, key)
+                b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
             t = max(self.estimate_time_s(x, nbytes) for x in b) if b else 0.0
             if t < best_t:
-                best, best_t = b, t
-        if best is None:
+                best_algo, best_t = cand, t
+        if best_algo is None:
             raise CostModelError(f"no algorithm supports {kind.value} on this group")
+        best = self.bind(kind, inst, best_algo, root, key)
         if ckey is not None:
             self._choice_cache[ckey] = best
         return best

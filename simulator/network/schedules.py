@@ -12,8 +12,9 @@ Algorithms (S = full buffer, p = group size, as nccl-tests counts them):
   broadcast / reduce a pipelined chain. Multi-node rings use one channel per GPU of a node
   (rotated so each channel leaves the node through a different GPU and NIC, as NCCL's
   channels do); a single-node ring is the textbook single ring.
-- tree: NCCL's double binary tree for all-reduce (each tree carries S/2, 2·depth steps);
-  a single tree for broadcast / reduce.
+- tree: NCCL's double binary tree for all-reduce: chains inside nodes, binary trees over
+  the nodes, each of the two trees carrying S/2 (2·depth steps); one tree for broadcast /
+  reduce.
 - recursive-halving-doubling: log2(p) pairwise exchanges (power-of-two groups).
 - direct: all pairs at once (all-to-all; reduce-scatter / all-gather / all-reduce as the
   all-pairs exchange NCCL approximates inside fully connected and NVSwitch nodes, charged
@@ -195,24 +196,51 @@ def _tree_edges(order: Sequence[int]) -> tuple[list[int], list[int], int]:
     return children, parents, depth
 
 
+def _node_tree_edges(chains: list[list[int]], head_last: bool) -> tuple[list[int], list[int], int]:
+    """NCCL-style tree: a chain inside each node and a binary tree over the nodes' heads.
+
+    Returns (children, parents, depth in hops). With `head_last` each chain runs the
+    other way, so its head (the GPU that talks across nodes) is the node's last GPU.
+    """
+    children: list[int] = []
+    parents: list[int] = []
+    heads: list[int] = []
+    for chain in chains:
+        c = chain[::-1] if head_last else chain
+        heads.append(c[0])
+        for a, b in pairwise(c):
+            children.append(b)
+            parents.append(a)
+    ch, pa, depth = _tree_edges(heads[::-1] if head_last else heads)
+    children += ch
+    parents += pa
+    return children, parents, depth + max(len(c) for c in chains) - 1
+
+
 def tree_schedule(
     kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order, root: int = 0
 ) -> Schedule:
+    """NCCL's trees: intra-node chains joined by a binary tree over nodes; all-reduce uses
+    two such trees (heads at opposite ends of the chains, node order mirrored), each
+    carrying half of the buffer up (reduce) and down (broadcast), pipelined."""
     p = layout.size
     _check_size(p)
     if p == 1:
         return Schedule("tree", ())
-    flat = [q for ps in layout.positions_by(layout.node) for q in order(ps)]
+    chains = [order(ps) for ps in layout.positions_by(layout.node)]
     if kind is K.ALL_REDUCE:
-        c1, p1, depth = _tree_edges(flat)
-        c2, p2, _ = _tree_edges(flat[::-1])
+        c1, p1, d1 = _node_tree_edges(chains, head_last=False)
+        c2, p2, d2 = _node_tree_edges(chains, head_last=True)
         src = np.asarray(c1 + p1 + c2 + p2, dtype=np.int64)
         dst = np.asarray(p1 + c1 + p2 + c2, dtype=np.int64)
-        return Schedule("tree", (Phase(src, dst, 0.5, 2 * max(depth, 1)),))
+        return Schedule("tree", (Phase(src, dst, 0.5, 2 * max(d1, d2, 1)),))
     if kind in (K.BROADCAST, K.REDUCE):
-        i = flat.index(root)
-        rooted = flat[i:] + flat[:i]
-        ch, pa, depth = _tree_edges(rooted)
+        home = next(i for i, c in enumerate(chains) if root in c)
+        rooted = chains[home:] + chains[:home]
+        first = rooted[0]
+        k = first.index(root)
+        rooted[0] = first[k:] + first[:k]
+        ch, pa, depth = _node_tree_edges(rooted, head_last=False)
         pair = (pa, ch) if kind is K.BROADCAST else (ch, pa)
         src, dst = (np.asarray(x, dtype=np.int64) for x in pair)
         return Schedule("tree", (Phase(src, dst, 1.0, max(depth, 1)),))
