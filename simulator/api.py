@@ -46,7 +46,13 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     kernels = KernelModel(gpu, calibration=calibration)
     params = network_params_for(topology, config.engine.calibration)
     cost = build_cost_model(
-        config, topology, kernels, params, overlap_slowdown=kernels.overlap_slowdown
+        config,
+        topology,
+        kernels,
+        params,
+        overlap_slowdown=kernels.overlap_slowdown,
+        calibration=calibration,
+        gpu=gpu.name,
     )
     plan = build_plan(config, topology, gpu)
     stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from simulator.config import ClusterConfig, ExperimentConfig
+from simulator.cost.calibration import Calibration
 from simulator.costmodel import CostModel, KernelTimer
 from simulator.errors import ConfigError
 from simulator.network.params import NetworkParams, default_network_params
@@ -40,10 +41,17 @@ def build_cost_model(
     kernels: KernelTimer,
     params: NetworkParams | None = None,
     overlap_slowdown: float = 1.0,
+    calibration: Calibration | None = None,
+    gpu: str | None = None,
 ) -> CostModel:
-    """CostModel for an experiment: kernel timer, collective pricer, network fidelity."""
+    """CostModel for an experiment: kernel timer, collective pricer (with the calibration's
+    collective tables, if any), network fidelity."""
     pricer = CollectivePricer(
-        topology, params or default_network_params(), config.engine.collective_algorithm
+        topology,
+        params or default_network_params(),
+        config.engine.collective_algorithm,
+        calibration=calibration,
+        gpu=gpu,
     )
     slowdown = config.engine.compute_slowdown_under_overlap or overlap_slowdown
     return CostModel(
@@ -52,12 +60,7 @@ def build_cost_model(
 
 
 def network_params_for(topology: Topology, calibration: str | None = None) -> NetworkParams:
-    """Network parameters: defaults, replaced by a calibration file's values when given."""
-    params = default_network_params()
-    if calibration is None:
-        return params
-    from simulator.cost.calibration import load_calibration
-
-    cal = load_calibration(calibration)
-    apply = getattr(cal, "network_params", None)
-    return apply(params, topology) if callable(apply) else params
+    """Network parameters of a topology (the documented defaults). Calibrations enter the
+    pricer as collective tables (see CollectivePricer.plan), not as parameter changes."""
+    del topology, calibration
+    return default_network_params()

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from simulator.cost.calibration import Calibration
 from simulator.costmodel import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.errors import ConfigError
@@ -111,6 +112,7 @@ def collective_sweep(
     network: str = "contention",
     params: NetworkParams | None = None,
     instances: str = "all",
+    calibration: Calibration | None = None,
 ) -> list[CollectiveResult]:
     """Time one collective per size; one engine run per size, pricing caches shared."""
     try:
@@ -121,7 +123,10 @@ def collective_sweep(
         raise ConfigError(f"--instances must be 'all' or 'one', got '{instances}'")
     members = strided_instances(topology.num_gpus, group, stride, instances)
     pricer = CollectivePricer(
-        topology, params if params is not None else default_network_params(), algorithm
+        topology,
+        params if params is not None else default_network_params(),
+        algorithm,
+        calibration=calibration,
     )
     cost = CostModel(RooflineKernels(1e15), pricer, network)
     world = topology.num_gpus

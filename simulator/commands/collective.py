@@ -81,9 +81,12 @@ def register(app: click.Group) -> None:
         )
         sizes = parse_size_sweep(size, factor)
         params = network_params_for(topo, calibration)
-        rows = collective_sweep(
-            topo, op, group, placement, sizes, algorithm, network, params, instances
-        )
+        cal = None
+        if calibration:
+            from simulator.cost.calibration import load_calibration
+
+            cal = load_calibration(calibration)
+        rows = collective_sweep(topo, op, group, placement, sizes, algorithm, network, params, instances, cal)
         if as_json:
             click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
             return

@@ -202,7 +202,7 @@ class Engine:
                 rows = self.placement[gv.members]
                 key = (info.group, "all")
             bundles = pricer.bundles(info.kind, rows, info.nbytes, info.root, info.algorithm, key)
-            return max((pricer.estimate_time_s(b, info.nbytes) for b in bundles), default=0.0)
+            return max((pricer.estimate_time_s(b, info.nbytes, info.kind) for b in bundles), default=0.0)
 
         return estimate
 
@@ -363,14 +363,14 @@ class Engine:
         rows = gv.rows[kc]
         whole = rows.shape[0] == gv.members.shape[0]  # every instance: share pricing caches
         if len(key) == 3:
-            ikey: Hashable = (info.group, "all") if whole else (info.group, kc)
+            ikey: Hashable = (info.group, "all") if whole else (info.group, self.view.mode, kc)
             inst = self.instances_cache.get(ikey)
             if inst is None:
                 inst = self.placement[gv.members[rows]]
                 self.instances_cache[ikey] = inst
         else:
             src, dst = int(key[2]), int(key[3])  # type: ignore[call-overload]
-            ikey = (info.group, "all", src, dst) if whole else (info.group, kc, src, dst)
+            ikey = (info.group, "all", src, dst) if whole else (info.group, self.view.mode, kc, src, dst)
             inst = self.instances_cache.get(ikey)
             if inst is None:
                 inst = self.placement[gv.members[rows][:, [src, dst]]]

@@ -21,7 +21,7 @@ import simpy
 
 from simulator.engine.compiled import PS_PER_S, to_ps
 from simulator.network.maxmin import max_min_rates
-from simulator.network.pricing import BoundPhase, Bundle, CollectivePricer
+from simulator.network.pricing import BoundPhase, Bundle, CollectivePricer, PhasePlan
 from workloads.ops import CollectiveKind
 
 LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an instant
@@ -103,7 +103,7 @@ class AlphaBetaNetwork:
         )
         seconds = 0.0
         for b in bundles:
-            seconds = max(seconds, self.pricer.alpha_beta_time_s(b, act.nbytes))
+            seconds = max(seconds, self.pricer.alpha_beta_time_s(b, act.nbytes, act.kind))
             for ph in b.phases:
                 self.stats.add_bytes(ph, ph.bytes_factor * act.nbytes)
         end = start_ps + to_ps(seconds)
@@ -116,6 +116,7 @@ class AlphaBetaNetwork:
 class _Coflow:
     act: Activation
     bundle: Bundle
+    plan: PhasePlan
     index: int  # phase index in the bundle
     phase: BoundPhase
     remaining: float  # bytes per flow still to move
@@ -150,37 +151,34 @@ class ContentionNetwork:
         call_at(self.env, delay_ps, fn, priority)
 
     def _begin(self, act: Activation) -> None:
-        act.bundles = self.pricer.bundles(
-            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
-        )
+        act.bundles = self.pricer.bundles(act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key)
         act.open_bundles = len(act.bundles)
         if not act.bundles:
             act.on_done(int(self.env.now))
             return
         for b in act.bundles:
-            self._start_phase(act, b, 0, self.pricer.params.collective_overhead_s)
+            plan = self.pricer.plan(b, act.kind, act.nbytes, shared=True)
+            self._start_phase(act, b, plan, 0, plan.overhead_s)
 
-    def _start_phase(
-        self, act: Activation, bundle: Bundle, index: int, extra_s: float = 0.0
-    ) -> None:
+    def _start_phase(self, act: Activation, bundle: Bundle, plan: PhasePlan, index: int, extra_s: float = 0.0) -> None:
         if index >= len(bundle.phases):
             if extra_s > 0:  # a bundle without phases (size-1 group) still pays the overhead
-                self._after(to_ps(extra_s), lambda: self._start_phase(act, bundle, index))
+                self._after(to_ps(extra_s), lambda: self._start_phase(act, bundle, plan, index))
                 return
             act.open_bundles -= 1
             if act.open_bundles == 0:
                 act.on_done(int(self.env.now))
             return
         phase = bundle.phases[index]
-        per_flow = phase.bytes_factor * act.nbytes
-        delay = to_ps(phase.latency_s + extra_s)
+        per_flow = plan.bytes_per_flow[index]
+        delay = to_ps(plan.latency_s[index] + extra_s)
 
         def go() -> None:
             if per_flow <= 0 or phase.links.size == 0:
-                self._start_phase(act, bundle, index + 1)
+                self._start_phase(act, bundle, plan, index + 1)
                 return
             self._advance_progress()
-            self.active.append(_Coflow(act, bundle, index, phase, per_flow, per_flow))
+            self.active.append(_Coflow(act, bundle, plan, index, phase, per_flow, per_flow))
             self._mark_dirty()
 
         if delay > 0:
@@ -256,8 +254,8 @@ class ContentionNetwork:
         self.active = [c for c, f in zip(self.active, finished, strict=True) if not f]
         self._mark_dirty()
         for c in done:
-            self.stats.add_bytes(c.phase, c.initial)
-            self._start_phase(c.act, c.bundle, c.index + 1)
+            self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes)
+            self._start_phase(c.act, c.bundle, c.plan, c.index + 1)
 
 
 def build_network(

@@ -19,6 +19,7 @@ from itertools import permutations
 
 import numpy as np
 
+from simulator.cost.calibration import Calibration
 from simulator.errors import CostModelError
 from simulator.network.params import NetworkParams
 from simulator.network.schedules import (
@@ -46,6 +47,7 @@ class BoundPhase:
     bytes_factor: float  # bytes per flow = bytes_factor x S
     steps: int
     shared_rate_Bps: float = np.inf  # per-flow rate when the bundle's own flows share links
+    inter: bool = False  # some flow leaves its node
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +57,18 @@ class Bundle:
     rows: np.ndarray
     algorithm: str
     phases: tuple[BoundPhase, ...]
+    group_size: int = 1
+    tier: str = "intra_node"  # "inter_node" if any flow leaves its node
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """How a bundle runs for one message size: overhead, then per phase its latency and
+    the bytes each flow moves (calibration may stretch both)."""
+
+    overhead_s: float
+    latency_s: tuple[float, ...]
+    bytes_per_flow: tuple[float, ...]
 
 
 class CollectivePricer:
@@ -65,6 +79,8 @@ class CollectivePricer:
         topology: Topology,
         params: NetworkParams,
         algorithm: str = "auto",
+        calibration: Calibration | None = None,
+        gpu: str | None = None,
     ):
         if algorithm != "auto" and algorithm not in ALGORITHMS:
             raise CostModelError(
@@ -72,6 +88,8 @@ class CollectivePricer:
             )
         self.topology = topology
         self.params = params
+        self.calibration = calibration
+        self.gpu = gpu or topology.gpu_type
         self.algorithm = algorithm
         self.bandwidth_Bps = params.effective_bandwidth(topology)
         self.latency_s = topology.links.latency_s
@@ -342,9 +360,17 @@ class CollectivePricer:
                     bytes_factor=ph.bytes_factor,
                     steps=ph.steps,
                     shared_rate_Bps=shared,
+                    inter=inter,
                 )
             )
-        return Bundle(rows=rows, algorithm=schedule.algorithm, phases=tuple(phases))
+        tier = "inter_node" if any(ph.steps and ph.inter for ph in phases) else "intra_node"
+        return Bundle(
+            rows=rows,
+            algorithm=schedule.algorithm,
+            phases=tuple(phases),
+            group_size=int(instances.shape[1]),
+            tier=tier,
+        )
 
     def bind(
         self,
@@ -406,7 +432,7 @@ class CollectivePricer:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
-            t = max(self.estimate_time_s(x, nbytes) for x in b) if b else 0.0
+            t = max(self.estimate_time_s(x, nbytes, kind) for x in b) if b else 0.0
             if t < best_t:
                 best_algo, best_t = cand, t
         if best_algo is None:
@@ -417,8 +443,15 @@ class CollectivePricer:
         return best
 
     # ---------------------------------------------------------------- pricing
-    def estimate_time_s(self, bundle: Bundle, nbytes: float) -> float:
-        """Time of a bundle alone on the network, its own flows sharing links fairly."""
+    def estimate_time_s(self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None) -> float:
+        """Time of a bundle alone on the network, its own flows sharing links fairly
+        (calibrated tables apply when `kind` is given)."""
+        if kind is not None:
+            pl = self.plan(bundle, kind, nbytes, shared=True)
+            return pl.overhead_s + sum(
+                lat + (b / ph.shared_rate_Bps if b > 0 else 0.0)
+                for lat, b, ph in zip(pl.latency_s, pl.bytes_per_flow, bundle.phases, strict=True)
+            )
         t = self.params.collective_overhead_s
         for ph in bundle.phases:
             t += ph.latency_s
@@ -426,9 +459,56 @@ class CollectivePricer:
                 t += ph.bytes_factor * nbytes / ph.shared_rate_Bps
         return t
 
-    def alpha_beta_time_s(self, bundle: Bundle, nbytes: float) -> float:
+    def plan(self, bundle: Bundle, kind: CollectiveKind, nbytes: float, shared: bool) -> PhasePlan:
+        """Latencies and per-flow bytes of a bundle for `nbytes`.
+
+        Without calibration: the collective overhead, each phase's latency and its bytes.
+        With a calibrated table for (GPU, tier, kind, group size), the bundle's isolated
+        time equals the table: the table's alpha replaces overhead and latencies (spread
+        over phases by step count) and every phase's bytes are stretched by the ratio of
+        the table's bandwidth term to the model's (`shared`: with the bundle's own link
+        sharing, as the contention model sees it alone; else route bottlenecks), so
+        contention still slows it down where links are shared with others.
+        """
+        phases = bundle.phases
+        raw = tuple(ph.bytes_factor * nbytes for ph in phases)
+        plain = PhasePlan(self.params.collective_overhead_s, tuple(ph.latency_s for ph in phases), raw)
+        table = None
+        if self.calibration is not None and phases:
+            table = self.calibration.collective(self.gpu, bundle.tier, kind, bundle.group_size)
+        if table is None:
+            return plain
+        seg = table.segment_for(nbytes)
+        if seg is not None:
+            alpha, total = seg.alpha_s, seg.time_s(nbytes)
+        else:
+            bus = table.busbw_Bps(nbytes)
+            if not bus:
+                return plain
+            from simulator.microbench import bus_factor
+
+            alpha, total = 0.0, nbytes * bus_factor(kind, bundle.group_size) / bus
+        model_bw = sum(
+            b / (ph.shared_rate_Bps if shared else ph.rate_Bps) for b, ph in zip(raw, phases, strict=True)
+        )
+        stretch = (total - alpha) / model_bw if model_bw > 0 else 1.0
+        steps = sum(ph.steps for ph in phases) or 1
+        return PhasePlan(
+            0.0,
+            tuple(alpha * ph.steps / steps for ph in phases),
+            tuple(b * stretch for b in raw),
+        )
+
+    def alpha_beta_time_s(self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None) -> float:
         """Isolated time of a bundle: per phase latency + bytes over the bottleneck rate
-        (a size-1 group still pays the collective's launch overhead)."""
+        (a size-1 group still pays the collective's launch overhead); calibrated tables
+        apply when `kind` is given."""
+        if kind is not None:
+            pl = self.plan(bundle, kind, nbytes, shared=False)
+            return pl.overhead_s + sum(
+                lat + (b / ph.rate_Bps if b > 0 else 0.0)
+                for lat, b, ph in zip(pl.latency_s, pl.bytes_per_flow, bundle.phases, strict=True)
+            )
         t = self.params.collective_overhead_s
         for ph in bundle.phases:
             t += ph.latency_s
