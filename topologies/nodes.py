@@ -269,6 +269,25 @@ def build_dgx_node(*, nics: int = 8, bandwidth_scale: float = 1.0) -> NodeTempla
     return s.finish(gpus, nic_ids, package_size=1)
 
 
+def build_dgx_a100_node(*, nics: int = 8, bandwidth_scale: float = 1.0) -> NodeTemplate:
+    """A DGX A100 node: 8 A100s on NVSwitch (NVLink 3: 12 links x 25 GB/s = 300 GB/s per
+    direction per GPU), 8 HDR NICs (200 Gb/s = 25 GB/s) on the GPUs' PCIe Gen4 switches,
+    2 CPUs. (NVIDIA DGX A100 system description; the node Vidur's A100 data was taken on.)
+    """
+    _check("dgx-a100", nics, 8, bandwidth_scale)
+    s = _Sketch("dgx-a100", bandwidth_scale)
+    gpus = s.add(DeviceKind.GPU, 8)
+    (nvswitch,) = s.add(DeviceKind.SWITCH, 1)
+    cpus = s.add(DeviceKind.CPU, 2)
+    nic_ids = s.add(DeviceKind.NIC, nics)
+    for i, g in enumerate(gpus):
+        s.cable(g, nvswitch, LinkKind.NVLINK, 300.0, NVSWITCH_PORT_LATENCY_US)
+        s.cable(g, cpus[i // 4], LinkKind.PCIE, PCIE_GEN4_GBps, PCIE_LATENCY_US)
+    for k, nic in enumerate(nic_ids):
+        s.cable(gpus[k], nic, LinkKind.PCIE, PCIE_GEN4_GBps, PCIE_LATENCY_US)
+    return s.finish(gpus, nic_ids, package_size=1)
+
+
 def build_frontera_rtx_node(*, nics: int = 1, bandwidth_scale: float = 1.0) -> NodeTemplate:
     """A Frontera GPU node: 4 Quadro RTX 5000 on PCIe 3.0, one HDR100 NIC.
 
@@ -293,6 +312,7 @@ NODE_BUILDERS: Mapping[str, Callable[..., NodeTemplate]] = {
     "frontier": build_frontier_node,
     "alps": build_alps_node,
     "dgx": build_dgx_node,
+    "dgx-a100": build_dgx_a100_node,
     "frontera-rtx": build_frontera_rtx_node,
 }
 """Node builders by the `node` field of machines.yaml."""
