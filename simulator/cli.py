@@ -30,6 +30,8 @@ COMMAND_MODULES = (
     "simulator.commands.collective",
     "simulator.commands.simulate",
     "simulator.commands.search",
+    "simulator.commands.bench",
+    "simulator.commands.compare_strategies",
 )
 
 

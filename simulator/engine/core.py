@@ -59,6 +59,7 @@ class _Rank:
     inflight: list[int]
     waiters: dict[int, list[int]] = field(default_factory=dict)
     sync: dict[int, int] = field(default_factory=dict)
+    groups: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # kc, expected, position
 
 
 @dataclass(eq=False)
@@ -86,8 +87,10 @@ class EngineResult:
 
     @property
     def events(self) -> int:
-        """Discrete events the engine processed: op starts/ends and network events."""
-        return self.ops_processed + self.simpy_events
+        """Discrete events the engine handled: the start and the completion of every op it
+        simulated (2 per op; copied steady-state segments are not counted) plus the events
+        it scheduled in simpy (collective activations, phase starts, re-pricing, checks)."""
+        return 2 * self.ops_processed + self.simpy_events
 
 
 class Engine:
@@ -146,7 +149,7 @@ class Engine:
         self.net = build_network(self.cost.network, self.env, self.cost.pricer, self.stats)
         self.pending: dict[Hashable, _Pending] = {}
         self.work: deque[tuple[_Rank, int]] = deque()
-        self.instances_cache: dict[Hashable, np.ndarray] = {}
+        self.instances_cache: dict[Hashable, tuple[Hashable, np.ndarray]] = {}
         self.processed = 0
         self.next_report = 0
         compiled: dict[tuple[int, float], CompiledProgram] = {}
@@ -273,12 +276,18 @@ class Engine:
     def _advance(self, r: _Rank, s: int) -> None:
         prog = r.prog
         ops = prog.stream_ops[s]
+        pos = r.pos[s]
+        n = len(ops)
+        if pos >= n:
+            return
+        inflight = r.inflight[s]
+        if ops[pos] == inflight:
+            return
         kind, deps, dur, issue = prog.kind, prog.deps, prog.dur_ps, prog.issue_ps
         end, start = r.end, r.start
-        pos, free = r.pos[s], r.free[s]
+        free = r.free[s]
         gate = self.gate
-        n = len(ops)
-        inflight = r.inflight[s]
+        waiters = r.waiters
         done = 0
         while pos < n:
             i = ops[pos]
@@ -294,7 +303,11 @@ class Engine:
                 if e > t:
                     t = e
             if blocked >= 0:
-                r.waiters.setdefault(blocked, []).append(s)
+                lst = waiters.get(blocked)
+                if lst is None:
+                    waiters[blocked] = [s]
+                elif s not in lst:
+                    lst.append(s)
                 break
             k = kind[i]
             if k in (COMPUTE, WAIT):
@@ -304,9 +317,10 @@ class Engine:
                 free = e
                 pos += 1
                 done += 1
-                waiting = r.waiters.pop(i, None)
-                if waiting:
-                    self.work.extend((r, x) for x in waiting)
+                if waiters:
+                    waiting = waiters.pop(i, None)
+                    if waiting:
+                        self.work.extend([(r, x) for x in waiting])
                 continue
             start[i] = t
             r.inflight[s] = i
@@ -318,17 +332,25 @@ class Engine:
         self.processed += done
 
     # -------------------------------------------------------------- rendezvous
+    def _group_keys(self, r: _Rank, group: str) -> tuple[int, int, int]:
+        """(rendezvous key component, expected arrivals, position) of a rank's group."""
+        got = r.groups.get(group)
+        if got is None:
+            gv = self.view.groups[group]
+            kc = int(gv.key_of_rank[r.rank])
+            got = (kc, int(gv.expected[kc]), int(gv.position_of[r.rank]))
+            r.groups[group] = got
+        return got
+
     def _arrive(self, r: _Rank, i: int, s: int, ready: int) -> None:
         info = r.prog.comm[i]
         assert info is not None
-        gv = self.view.groups[info.group]
-        kc = int(gv.key_of_rank[r.rank])
+        kc, expected, own = self._group_keys(r, info.group)
         k = r.prog.kind[i]
         if k == COLL:
             key: tuple[object, ...] = (info.group, kc, info.ordinal)
-            expected = int(gv.expected[kc])
         else:
-            own = int(gv.position_of[r.rank])
+            gv = self.view.groups[info.group]
             src, dst = (own, info.peer) if k == SEND else (info.peer, own)
             key = (info.group, kc, src, dst, info.ordinal)
             expected = (
@@ -355,30 +377,34 @@ class Engine:
         rows = gv.rows[kc]  # type: ignore[attr-defined]
         return int(rc[members[rows[0], pos]])
 
-    def _launch(self, key: tuple[object, ...], p: _Pending, r: _Rank, i: int) -> None:
-        info = r.prog.comm[i]
-        assert info is not None
-        gv = self.view.groups[info.group]
-        kc = int(key[1])  # type: ignore[arg-type]
+    def _instances(self, group: str, key: tuple[object, ...]) -> tuple[Hashable, np.ndarray]:
+        """(pricing key, GPU table) of the instances an activation covers (cached)."""
+        ck = (group, *key[1:2], *key[2:4]) if len(key) == 5 else (group, key[1])
+        got = self.instances_cache.get(ck)
+        if got is not None:
+            return got  # type: ignore[return-value]
+        gv = self.view.groups[group]
+        kc = int(key[1])  # type: ignore[call-overload]
         rows = gv.rows[kc]
         whole = rows.shape[0] == gv.members.shape[0]  # every instance: share pricing caches
         if len(key) == 3:
-            ikey: Hashable = (info.group, "all") if whole else (info.group, self.view.mode, kc)
-            inst = self.instances_cache.get(ikey)
-            if inst is None:
-                inst = self.placement[gv.members[rows]]
-                self.instances_cache[ikey] = inst
+            ikey: Hashable = (group, "all") if whole else (group, self.view.mode, kc)
+            inst = self.placement[gv.members[rows]]
         else:
             src, dst = int(key[2]), int(key[3])  # type: ignore[call-overload]
-            ikey = (info.group, "all", src, dst) if whole else (info.group, self.view.mode, kc, src, dst)
-            inst = self.instances_cache.get(ikey)
-            if inst is None:
-                inst = self.placement[gv.members[rows][:, [src, dst]]]
-                self.instances_cache[ikey] = inst
-        if p.ready < self.env.now:
+            ikey = (group, "all", src, dst) if whole else (group, self.view.mode, kc, src, dst)
+            inst = self.placement[gv.members[rows][:, [src, dst]]]
+        self.instances_cache[ck] = (ikey, inst)
+        return ikey, inst
+
+    def _launch(self, key: tuple[object, ...], p: _Pending, r: _Rank, i: int) -> None:
+        info = r.prog.comm[i]
+        assert info is not None
+        ikey, inst = self._instances(info.group, key)
+        start = p.ready
+        if start < self.env.now:
             raise EngineError("internal error: a collective would start in the simulated past")
         parts = p.parts
-        start = p.ready
         act = Activation(
             kind=info.kind,
             nbytes=info.nbytes,
@@ -391,17 +417,19 @@ class Engine:
         self.net.submit(act, start)
 
     def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:
+        work = self.work
         for r, i, s in parts:
             r.end[i] = end
             r.sync[i] = start
             r.free[s] = end
             r.pos[s] += 1
             r.inflight[s] = -1
-            self.processed += 1
-            self.work.append((r, s))
-            waiting = r.waiters.pop(i, None)
-            if waiting:
-                self.work.extend((r, x) for x in waiting)
+            work.append((r, s))
+            if r.waiters:
+                waiting = r.waiters.pop(i, None)
+                if waiting:
+                    work.extend([(r, x) for x in waiting])
+        self.processed += len(parts)
         self._drain()
 
     # ------------------------------------------------------------ completion

@@ -118,6 +118,7 @@ class CollectivePricer:
         self._order_cache: dict[tuple[int, ...], list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
+        self._plan_cache: dict[tuple[int, CollectiveKind, float, bool], PhasePlan] = {}
         self._choice_cache: dict[Hashable, tuple[Bundle, ...]] = {}
 
     # ------------------------------------------------------------- layouts
@@ -271,25 +272,12 @@ class CollectivePricer:
     def _routed_parts(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Links/weights of arbitrary flows from the topology's router, with per-flow rate and
         latency computed in numpy over the flattened paths."""
-        route = self.topology.route
-        flat: list[int] = []
-        path_len: list[int] = []
-        path_w: list[float] = []
-        npaths: list[int] = []
-        for a, b in zip(src.tolist(), dst.tolist(), strict=True):
-            r = route(a, b)
-            npaths.append(len(r.paths))
-            for path, w in zip(r.paths, r.weights, strict=True):
-                flat.extend(path)
-                path_len.append(len(path))
-                path_w.append(w)
-        links = np.asarray(flat, dtype=np.int64)
-        plen = np.asarray(path_len, dtype=np.int64)
-        pw = np.asarray(path_w, dtype=np.float64)
+        batch = self.topology.routes_batch(src, dst)
+        links, plen, pw = batch.links, batch.path_len, batch.path_weight
         starts = np.concatenate([[0], np.cumsum(plen)[:-1]])
         bott = np.minimum.reduceat(self.bandwidth_Bps[links], starts) / pw
         plat = np.add.reduceat(self._latency[links], starts)
-        rstarts = np.concatenate([[0], np.cumsum(np.asarray(npaths, dtype=np.int64))[:-1]])
+        rstarts = np.concatenate([[0], np.cumsum(batch.paths_per_route)[:-1]])
         rates = np.minimum.reduceat(bott, rstarts)
         lats = np.maximum.reduceat(plat, rstarts)
         return links, np.repeat(pw, plen), rates, lats
@@ -470,6 +458,15 @@ class CollectivePricer:
         sharing, as the contention model sees it alone; else route bottlenecks), so
         contention still slows it down where links are shared with others.
         """
+        ckey = (id(bundle), kind, nbytes, shared)
+        hit = self._plan_cache.get(ckey)
+        if hit is not None:
+            return hit
+        result = self._plan(bundle, kind, nbytes, shared)
+        self._plan_cache[ckey] = result
+        return result
+
+    def _plan(self, bundle: Bundle, kind: CollectiveKind, nbytes: float, shared: bool) -> PhasePlan:
         phases = bundle.phases
         raw = tuple(ph.bytes_factor * nbytes for ph in phases)
         plain = PhasePlan(self.params.collective_overhead_s, tuple(ph.latency_s for ph in phases), raw)
