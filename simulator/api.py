@@ -66,7 +66,9 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         progress=progress,
     )
     result = engine.run()
+    engine_wall = result.wall_time_s
     result.wall_time_s = time.perf_counter() - t0
+    result.setup_time_s += result.wall_time_s - engine_wall  # topology, workload, report
     report = build_report(
         result,
         topology=topology,
