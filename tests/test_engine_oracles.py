@@ -6,10 +6,17 @@ import numpy as np
 import pytest
 
 from tests.engine_helpers import FLOPS, build_graph_topology, graph_of, run
-from topologies.synthetic import build_full_mesh
+from topologies.synthetic import build_full_mesh, build_switched
 from workloads.ops import CollectiveKind, CollectiveOp, ComputeKind, ComputeOp, WaitOp
 
 NETWORKS = ("alpha-beta", "contention")
+
+
+def uniform(p: int, bandwidth: float, latency: float):  # type: ignore[no-untyped-def]
+    """p GPUs behind one crossbar: every ring step crosses two links of `bandwidth`, with
+    `latency` in total, and every GPU sends and receives on one link each (the textbook
+    setting: a single ring, no parallel channels to gain from)."""
+    return build_switched(p, bandwidth, latency / 2)
 
 
 def _collective_graph(p: int, kind: CollectiveKind, nbytes: float):
@@ -25,7 +32,7 @@ def test_ring_all_reduce_matches_formula(network: str, mode: str, p: int, nbytes
     bw, lat = 50e9, 3e-6
     res = run(
         _collective_graph(p, CollectiveKind.ALL_REDUCE, nbytes),
-        build_full_mesh(p, bw, lat),
+        uniform(p, bw, lat),
         network,
         mode,
     )
@@ -40,8 +47,17 @@ def test_ring_all_gather_reduce_scatter_match_formula(
     network: str, kind: CollectiveKind, p: int
 ) -> None:
     bw, lat, n = 25e9, 5e-6, 4e8
-    res = run(_collective_graph(p, kind, n), build_full_mesh(p, bw, lat), network)
+    res = run(_collective_graph(p, kind, n), uniform(p, bw, lat), network)
     assert res.iteration_time_s == pytest.approx((p - 1) * (lat + n / (p * bw)), rel=1e-9)
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+def test_fully_connected_node_runs_two_ring_channels(network: str) -> None:
+    # K4 has no two link-disjoint Hamiltonian cycles in one direction, but a ring and its
+    # reverse use disjoint directed links: NCCL-like planning runs both, each on half the data
+    p, bw, lat, n = 4, 50e9, 2e-6, 4e8
+    res = run(_collective_graph(p, CollectiveKind.ALL_REDUCE, n), build_full_mesh(p, bw, lat), network)
+    assert res.iteration_time_s == pytest.approx(2 * (p - 1) * lat + 2 * (p - 1) / p * (n / 2) / bw, rel=1e-9)
 
 
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
@@ -49,7 +65,7 @@ def test_recursive_halving_doubling_formula(p: int) -> None:
     bw, lat, n = 40e9, 2e-6, 1e8
     res = run(
         _collective_graph(p, CollectiveKind.ALL_REDUCE, n),
-        build_full_mesh(p, bw, lat),
+        uniform(p, bw, lat),
         "alpha-beta",
         algorithm="recursive-halving-doubling",
     )

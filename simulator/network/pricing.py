@@ -116,6 +116,7 @@ class CollectivePricer:
             tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]
         ] = {}
         self._order_cache: dict[tuple[int, ...], list[int]] = {}
+        self._cycles_cache: dict[tuple[int, ...], list[list[int]]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
         self._plan_cache: dict[tuple[int, CollectiveKind, float, bool], PhasePlan] = {}
@@ -148,43 +149,67 @@ class CollectivePricer:
         return {lay: np.sort(np.concatenate(parts)) for lay, parts in out.items()}
 
     def _order_fn(self, gpus: np.ndarray) -> OrderFn:
-        def order(positions: Sequence[int]) -> list[int]:
-            ps = list(positions)
-            if len(ps) <= 2:
-                return ps
-            key = (
-                tuple(int(self.gpu_local[gpus[q]]) for q in ps)
-                if self.homogeneous
-                else tuple(int(gpus[q]) for q in ps)
-            )
-            best = self._order_cache.get(key)
-            if best is None:
-                best = self._best_cycle([int(gpus[q]) for q in ps])
-                self._order_cache[key] = best
-            return [ps[i] for i in best]
+        return _RingPlanner(self, gpus)
 
-        return order
+    def _local_key(self, gpus: list[int]) -> tuple[int, ...]:
+        return tuple(int(self.gpu_local[g]) for g in gpus) if self.homogeneous else tuple(gpus)
+
+    def _cycle_routes(self, gpus: list[int]) -> dict[tuple[int, int], tuple[int, ...]]:
+        """Links of the route between every ordered pair of `gpus` (indices into it)."""
+        out: dict[tuple[int, int], tuple[int, ...]] = {}
+        for i, a in enumerate(gpus):
+            for j, b in enumerate(gpus):
+                if i != j:
+                    out[(i, j)] = tuple(self._route(a, b)[0].tolist())
+        return out
 
     def _best_cycle(self, gpus: list[int]) -> list[int]:
         """Indices of `gpus` in the ring order with the widest bottleneck (ties: the
         larger total bandwidth, then lexicographic), as NCCL/RCCL's ring search does."""
+        channels = self._ring_cycles(gpus)
+        return channels[0]
+
+    def _ring_cycles(self, gpus: list[int]) -> list[list[int]]:
+        """The rings NCCL/RCCL would run inside one node: greedily the widest Hamiltonian
+        cycle on the links' remaining capacity, as long as another channel raises the
+        aggregate rate (data is split equally over channels, so the slowest channel sets
+        each one's pace: channels x slowest rate must grow)."""
+        key = self._local_key(gpus)
+        hit = self._cycles_cache.get(key)
+        if hit is not None:
+            return hit
         m = len(gpus)
-        if m > MAX_RING_SEARCH:
-            return list(range(m))
-        bw = np.zeros((m, m))
-        for i in range(m):
-            for j in range(m):
-                if i != j:
-                    bw[i, j] = self._route(gpus[i], gpus[j])[2]
-        best: tuple[float, float] | None = None
-        best_order = list(range(m))
-        for perm in permutations(range(1, m)):
-            cyc = (0, *perm)
-            vals = [bw[cyc[i], cyc[(i + 1) % m]] for i in range(m)]
-            score = (min(vals), sum(vals))
-            if best is None or score > best:
-                best, best_order = score, list(cyc)
-        return best_order
+        if m <= 2 or m > MAX_RING_SEARCH:
+            result = [list(range(m))]
+            self._cycles_cache[key] = result
+            return result
+        routes = self._cycle_routes(gpus)
+        cycles = [(0, *perm) for perm in permutations(range(1, m))]
+        usage: list[dict[int, int]] = []
+        for cyc in cycles:
+            use: dict[int, int] = {}
+            for a, b in zip(cyc, cyc[1:] + cyc[:1], strict=True):
+                for link in routes[(a, b)]:
+                    use[link] = use.get(link, 0) + 1
+            usage.append(use)
+        residual = {link: self._bw_list[link] for use in usage for link in use}
+        chosen: list[list[int]] = []
+        slowest = float("inf")
+        for _ in range(m):
+            best_i, best_rate = -1, 0.0
+            for ci, use in enumerate(usage):
+                rate = min(residual[link] / n for link, n in use.items())
+                if rate > best_rate * (1 + 1e-12):
+                    best_i, best_rate = ci, rate
+            if best_i < 0 or (chosen and (len(chosen) + 1) * min(slowest, best_rate) <= len(chosen) * slowest):
+                break
+            chosen.append(list(cycles[best_i]))
+            slowest = min(slowest, best_rate)
+            for link, n in usage[best_i].items():
+                residual[link] -= best_rate * n
+        self._cycles_cache[key] = chosen
+        return chosen
+
 
     # -------------------------------------------------------------- routes
     def _route(self, src_gpu: int, dst_gpu: int) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -512,3 +537,25 @@ class CollectivePricer:
             if nbytes > 0 and ph.bytes_factor > 0:
                 t += ph.bytes_factor * nbytes / ph.rate_Bps
         return t
+
+
+class _RingPlanner:
+    """Ring orders and channels for the schedules, backed by the pricer's topology."""
+
+    def __init__(self, pricer: CollectivePricer, gpus: np.ndarray):
+        self.pricer = pricer
+        self.gpus = gpus
+
+    def __call__(self, positions: Sequence[int]) -> list[int]:
+        ps = list(positions)
+        if len(ps) <= 2:
+            return ps
+        best = self.pricer._ring_cycles([int(self.gpus[q]) for q in ps])[0]
+        return [ps[i] for i in best]
+
+    def channels(self, positions: Sequence[int]) -> list[list[int]]:
+        """Single-node multi-channel rings (NCCL/RCCL channels over different links)."""
+        ps = list(positions)
+        if len(ps) <= 2:
+            return [ps]
+        return [[ps[i] for i in cyc] for cyc in self.pricer._ring_cycles([int(self.gpus[q]) for q in ps])]

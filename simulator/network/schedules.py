@@ -11,7 +11,9 @@ Algorithms (S = full buffer, p = group size, as nccl-tests counts them):
 - ring: all-reduce 2(p-1) steps of S/p; all-gather / reduce-scatter p-1 steps of S/p;
   broadcast / reduce a pipelined chain. Multi-node rings use one channel per GPU of a node
   (rotated so each channel leaves the node through a different GPU and NIC, as NCCL's
-  channels do); a single-node ring is the textbook single ring.
+  channels do); inside one node, the order's planner may return several rings over
+  different links (NCCL/RCCL channels; one textbook ring where links are uniform and
+  shared, e.g. behind one switch).
 - tree: NCCL's double binary tree for all-reduce: chains inside nodes, binary trees over
   the nodes, each of the two trees carrying S/2 (2·depth steps); one tree for broadcast /
   reduce.
@@ -122,9 +124,10 @@ def _chain_flows(chains: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarra
 def ring_channels(layout: Layout, order: OrderFn = _identity_order) -> list[list[int]]:
     """The ring orders (channels) NCCL-style rings would use on this layout."""
     per_node = layout.positions_by(layout.node)
+    if len(per_node) == 1:
+        channels = getattr(order, "channels", None)
+        return channels(per_node[0]) if channels is not None else [order(per_node[0])]
     ordered = [order(ps) for ps in per_node]
-    if len(ordered) == 1:
-        return [ordered[0]]
     sizes = {len(ps) for ps in ordered}
     if len(sizes) != 1:
         return [[p for ps in ordered for p in ps]]
