@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-REFERENCE_EVENTS = 400_000
+from simulator.engine.reference import raw_simpy_rate
 
 
 @dataclass(frozen=True)
@@ -72,24 +72,6 @@ def default_cases(quick: bool = False) -> list[Case]:
         cases += [_case(n, m, g, mo, gr, "symmetric", network, t if network == "contention" else "") for n, m, g, mo, gr, t in sym]
         cases += [_case(n, m, g, mo, gr, "full", network, t if network == "contention" else "") for n, m, g, mo, gr, t in full]
     return cases
-
-
-def raw_simpy_rate(events: int = REFERENCE_EVENTS) -> float:
-    """Events per second of a bare simpy loop (100 processes yielding timeouts)."""
-    import simpy
-
-    env = simpy.Environment()
-    per = events // 100
-
-    def proc(env: simpy.Environment):  # type: ignore[no-untyped-def]
-        for _ in range(per):
-            yield env.timeout(1)
-
-    for _ in range(100):
-        env.process(proc(env))
-    t0 = time.perf_counter()
-    env.run()
-    return (per * 100) / (time.perf_counter() - t0)
 
 
 def run_case_inprocess(overrides: list[str]) -> dict[str, object]:

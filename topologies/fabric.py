@@ -14,12 +14,13 @@ minimal and Valiant paths; fat tree: spread like ecmp, as InfiniBand adaptive ro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
+from topologies.batch_routing import PaddedPaths
 from topologies.errors import TopologyError
 from topologies.types import Path
 
@@ -29,8 +30,18 @@ FabricRoute = tuple[tuple[Path, ...], tuple[float, ...]]
 """Switch-to-switch paths (absolute link ids) and their traffic weights."""
 
 
+FabricBatch = Callable[[np.ndarray, np.ndarray], PaddedPaths]
+"""`paths_batch(src_endpoints, dst_endpoints)`: `paths` for many endpoint pairs at once."""
+
+
 class FabricPaths(Protocol):
-    """Paths between the first-level switches of two endpoints."""
+    """Paths between the first-level switches of two endpoints.
+
+    A fabric may also offer `paths_batch` (a `FabricBatch`): the same paths, weights and
+    order for arrays of endpoint pairs, as padded matrices (int64 endpoint arrays in), with
+    `batch_shape`, the most (paths per pair, links per path) those matrices can have.
+    `MachineRouter.routes_batch` uses them when present and loops over `paths` otherwise.
+    """
 
     def paths(self, src_endpoint: int, dst_endpoint: int) -> FabricRoute:
         """Paths from the switch of `src_endpoint` to the switch of `dst_endpoint`.

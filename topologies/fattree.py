@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topologies.batch_routing import PaddedPaths, mix64_array, u64
 from topologies.errors import TopologyError
 from topologies.fabric import Fabric, FabricRoute, spec_number, spec_routing
 from topologies.paths import mix64
@@ -152,6 +153,7 @@ class FatTreePaths:
         self, spec: FatTreeSpec, lay: _Layout, endpoint_leaf: np.ndarray, link_base: int
     ) -> None:
         self.leaf = endpoint_leaf.tolist()
+        self._leaf = np.asarray(endpoint_leaf, dtype=np.int64)
         self.u = lay.up
         self.lp = lay.leaves_per_pod
         self.c = max(lay.cores_per_plane, 1)
@@ -181,6 +183,39 @@ class FatTreePaths:
             from_core = self.sc_base + 2 * ((pb * self.u + j) * self.c + core) + 1
             out.append((up, to_core, from_core, down))
         return tuple(out), (1.0 / self.m,) * self.m
+
+    @property
+    def batch_shape(self) -> tuple[int, int]:
+        """(most paths per pair, most links per path) that `paths_batch` can return."""
+        return self.m, 4
+
+    def paths_batch(self, src_endpoint: np.ndarray, dst_endpoint: np.ndarray) -> PaddedPaths:
+        """`paths` for arrays of endpoint pairs, as padded (n, m, 4) matrices."""
+        la, lb = self._leaf[src_endpoint], self._leaf[dst_endpoint]
+        n, u, c = int(la.shape[0]), self.u, self.c
+        key = mix64_array(
+            np.minimum(src_endpoint, dst_endpoint), np.maximum(src_endpoint, dst_endpoint)
+        )
+        pa, pb = la // self.lp, lb // self.lp
+        cross = pa != pb
+        first = (key % u64(u)).astype(np.int64)
+        links = np.full((n, self.m, 4), -1, dtype=np.int64)
+        for i in range(self.m):
+            j = (first + i * self.stride) % u
+            links[:, i, 0] = self.ls_base + 2 * (la * u + j)
+            links[:, i, 3] = self.ls_base + 2 * (lb * u + j) + 1
+            core = (mix64_array(key, j) % u64(c)).astype(np.int64)
+            to_core = self.sc_base + 2 * ((pa * u + j) * c + core)
+            from_core = self.sc_base + 2 * ((pb * u + j) * c + core) + 1
+            links[:, i, 1] = np.where(cross, to_core, -1)
+            links[:, i, 2] = np.where(cross, from_core, -1)
+        weight = np.full((n, self.m), 1.0 / self.m)
+        valid = np.ones((n, self.m), dtype=bool)
+        same = la == lb  # one empty path
+        links[same] = -1
+        valid[same, 1:] = False
+        weight[same, 0] = 1.0
+        return PaddedPaths(links, weight, valid)
 
 
 def _endpoint_leaf(spec: FatTreeSpec, nodes: int, nics: int) -> np.ndarray:

@@ -307,6 +307,36 @@ def build_frontera_rtx_node(*, nics: int = 1, bandwidth_scale: float = 1.0) -> N
     return s.finish(gpus, nic_ids, package_size=1)
 
 
+CPU_HOST_RANKS = 32
+"""Rank slots of a cpu-host node (torch4d refuses more processes on one CPU host)."""
+LOOPBACK_GBps = 5.0  # placeholder: a memcpy-bound loopback TCP stream, per direction
+LOOPBACK_LATENCY_US = 10.0  # placeholder: a loopback send/recv through the kernel
+
+
+def build_cpu_host_node(*, nics: int = 1, bandwidth_scale: float = 1.0) -> NodeTemplate:
+    """One CPU host running up to 32 ranks as processes (PyTorch CPU / gloo runs).
+
+    Devices: gpu0..31 (rank slots: processes standing in for GPUs), switch0 (the kernel's
+    loopback / shared-memory path, non-blocking), cpu0, nic0..nics-1. Links: slot <->
+    loopback switch at LOOPBACK_GBps with LOOPBACK_LATENCY_US (kind `local`: a switch
+    inside the host); NIC on the CPU over PCIe Gen3. The numbers are nominal placeholders:
+    gloo's cost on a host is CPU-bound and is what a calibration file's collective tables
+    (fitted from the host's traces) replace. A W-rank run uses slots 0..W-1.
+    """
+    _check("cpu-host", nics, 4, bandwidth_scale)
+    s = _Sketch("cpu-host", bandwidth_scale)
+    slots = s.add(DeviceKind.GPU, CPU_HOST_RANKS)
+    (loopback,) = s.add(DeviceKind.SWITCH, 1)
+    (cpu,) = s.add(DeviceKind.CPU, 1)
+    nic_ids = s.add(DeviceKind.NIC, nics)
+    for g in slots:
+        s.cable(g, loopback, LinkKind.LOCAL, LOOPBACK_GBps, LOOPBACK_LATENCY_US)
+    s.cable(loopback, cpu, LinkKind.LOCAL, LOOPBACK_GBps * CPU_HOST_RANKS, LOOPBACK_LATENCY_US)
+    for nic in nic_ids:
+        s.cable(cpu, nic, LinkKind.PCIE, PCIE_GEN3_GBps, PCIE_LATENCY_US)
+    return s.finish(slots, nic_ids, package_size=1)
+
+
 NODE_BUILDERS: Mapping[str, Callable[..., NodeTemplate]] = {
     "perlmutter": build_perlmutter_node,
     "frontier": build_frontier_node,
@@ -314,6 +344,7 @@ NODE_BUILDERS: Mapping[str, Callable[..., NodeTemplate]] = {
     "dgx": build_dgx_node,
     "dgx-a100": build_dgx_a100_node,
     "frontera-rtx": build_frontera_rtx_node,
+    "cpu-host": build_cpu_host_node,
 }
 """Node builders by the `node` field of machines.yaml."""
 

@@ -5,7 +5,10 @@ table of the node type (GPU to GPU inside a node), the path from a GPU to the NI
 and from a NIC to a GPU, the NIC links, and the fabric's switch-to-switch paths. A route
 is then a handful of integer additions and tuple concatenations, fast enough for the
 hundreds of thousands of GPU pairs a large collective schedule touches; no graph search
-and no networkx graph at routing time.
+and no networkx graph at routing time. `MachineRouter.routes_batch` does the same for
+arrays of pairs with numpy (per-GPU padded head / tail / node-local tables, the fabric's
+`paths_batch`), because a Python call per pair still dominated binding at 32k GPUs; the
+scalar `route` stays the reference it must match exactly.
 
 `ShortestPathRouter` serves custom topologies: fewest hops, then the widest bottleneck,
 then the lowest link id (see `topologies.paths`), one predecessor tree per source device,
@@ -14,11 +17,14 @@ computed on the networkx view on first use.
 
 from __future__ import annotations
 
+import numpy as np
+
+from topologies.batch_routing import PaddedPaths, compact, in_chunks
 from topologies.errors import TopologyError
-from topologies.fabric import FabricPaths
+from topologies.fabric import FabricBatch, FabricPaths
 from topologies.nodes import NodeTemplate
 from topologies.paths import tree_path, widest_shortest_tree
-from topologies.types import Route, Topology
+from topologies.types import Route, RouteBatch, Topology
 
 
 class MachineRouter:
@@ -49,6 +55,12 @@ class MachineRouter:
             nic = template.nics[k]
             self.to_nic[dev] = (template.paths[(dev, nic)], k)
             self.from_nic[dev] = template.paths[(nic, dev)]
+        self._batch = _BatchTables(template)
+        self._fabric_batch: FabricBatch | None = getattr(fabric, "paths_batch", None)
+        shape: tuple[int, int] = getattr(fabric, "batch_shape", (1, 0))
+        tables = self._batch
+        width = tables.head.shape[1] + shape[1] + tables.tail.shape[1] + 2  # + 2 NIC links
+        self._bound = (max(shape[0], 1), max(width, tables.local.shape[2]))
 
     def _locate(self, topology: Topology, device: int) -> tuple[int, int]:
         node, local = divmod(device, self.devices_per_node)
@@ -74,6 +86,87 @@ class MachineRouter:
         paths, weights = self.fabric.paths(e_src, e_dst)
         return Route(tuple(head + p + tail for p in paths), weights)
 
+    def routes_batch(self, topology: Topology, src: np.ndarray, dst: np.ndarray) -> RouteBatch:
+        """Routes from GPU devices `src[i]` to `dst[i]`, exactly as `route` gives them."""
+        tables = self._batch
+        ns, ls = np.divmod(src, self.devices_per_node)
+        nd, ld = np.divmod(dst, self.devices_per_node)
+        gs, gd = tables.gpu_slot[ls], tables.gpu_slot[ld]
+        bad = (ns < 0) | (ns >= self.nodes) | (nd < 0) | (nd >= self.nodes)
+        bad |= (gs < 0) | (gd < 0) | ((ns == nd) & (gs == gd))
+        if bad.any():
+            i = int(np.argmax(bad))
+            self.route(topology, int(src[i]), int(dst[i]))  # raises the scalar error
+        fabric = self._fabric_batch
+        if fabric is None:
+            pairs = zip(src.tolist(), dst.tolist(), strict=True)
+            return RouteBatch.from_routes([self.route(topology, a, b) for a, b in pairs])
+        return in_chunks(
+            int(src.shape[0]),
+            lambda sl: self._route_chunk(fabric, ns[sl], gs[sl], nd[sl], gd[sl]),
+            self._bound,
+        )
+
+    def _route_chunk(
+        self, fabric: FabricBatch, ns: np.ndarray, gs: np.ndarray, nd: np.ndarray, gd: np.ndarray
+    ) -> RouteBatch:
+        """One chunk of pairs given as (node, GPU slot) of source and destination."""
+        intra = ns == nd
+        parts: list[tuple[np.ndarray, PaddedPaths]] = []
+        if intra.any():
+            rows = np.flatnonzero(intra)
+            parts.append((rows, self._intra_padded(ns[rows], gs[rows], gd[rows])))
+        if not intra.all():
+            rows = np.flatnonzero(~intra)
+            inter = self._inter_padded(fabric, ns[rows], gs[rows], nd[rows], gd[rows])
+            parts.append((rows, inter))
+        if len(parts) == 1:
+            return compact(parts[0][1])
+        p = max(part.links.shape[1] for _, part in parts)
+        length = max(part.links.shape[2] for _, part in parts)
+        out = PaddedPaths.empty(int(ns.shape[0]), p, length)
+        for rows, part in parts:
+            out.put(rows, part)
+        return compact(out)
+
+    def _intra_padded(self, node: np.ndarray, gs: np.ndarray, gd: np.ndarray) -> PaddedPaths:
+        """The node-local path of each pair (one path, weight 1)."""
+        rel = self._batch.local[gs, gd]
+        links = _shift(rel, node * self.links_per_node)[:, None, :]
+        n = int(node.shape[0])
+        return PaddedPaths(links, np.ones((n, 1)), np.ones((n, 1), dtype=bool))
+
+    def _inter_padded(
+        self,
+        fabric_batch: FabricBatch,
+        ns: np.ndarray,
+        gs: np.ndarray,
+        nd: np.ndarray,
+        gd: np.ndarray,
+    ) -> PaddedPaths:
+        """Head (GPU to its NIC's switch) + each fabric path + tail (switch to GPU)."""
+        tables, k, stride = self._batch, self.nics_per_node, self.links_per_node
+        e_src, e_dst = ns * k + tables.nic[gs], nd * k + tables.nic[gd]
+        fabric = fabric_batch(e_src, e_dst)
+        head = np.concatenate(
+            [_shift(tables.head[gs], ns * stride), (self.nic_link_base + 2 * e_src)[:, None]],
+            axis=1,
+        )
+        tail = np.concatenate(
+            [(self.nic_link_base + 2 * e_dst + 1)[:, None], _shift(tables.tail[gd], nd * stride)],
+            axis=1,
+        )
+        n, p, _ = fabric.links.shape
+        links = np.concatenate(
+            [
+                np.broadcast_to(head[:, None, :], (n, p, head.shape[1])),
+                fabric.links,
+                np.broadcast_to(tail[:, None, :], (n, p, tail.shape[1])),
+            ],
+            axis=2,
+        )
+        return PaddedPaths(links, fabric.weight, fabric.valid)
+
     def _head(self, device: int, node: int, local: int) -> tuple[int, tuple[int, ...]]:
         """(endpoint, links from the GPU to its NIC's switch), cached per GPU."""
         got = self._heads.get(device)
@@ -95,6 +188,42 @@ class MachineRouter:
                 (self.nic_link_base + 2 * e + 1, *(off + x for x in self.from_nic[local])),
             )
         return got
+
+
+class _BatchTables:
+    """A node template's paths as -1-padded arrays indexed by GPU slot (its GPU number)."""
+
+    def __init__(self, template: NodeTemplate) -> None:
+        gpus = template.gpus
+        self.gpu_slot = np.full(template.num_devices, -1, dtype=np.int64)
+        self.gpu_slot[list(gpus)] = np.arange(len(gpus))
+        self.nic = np.asarray(template.gpu_nic, dtype=np.int64)
+        local = {
+            (i, j): template.paths[(a, b)]
+            for i, a in enumerate(gpus)
+            for j, b in enumerate(gpus)
+            if i != j
+        }
+        width = max((len(p) for p in local.values()), default=0)
+        self.local = np.full((len(gpus), len(gpus), width), -1, dtype=np.int64)
+        for (i, j), path in local.items():
+            self.local[i, j, : len(path)] = path
+        nics = [template.nics[k] for k in template.gpu_nic]
+        self.head = _pad([template.paths[(g, nic)] for g, nic in zip(gpus, nics, strict=True)])
+        self.tail = _pad([template.paths[(nic, g)] for g, nic in zip(gpus, nics, strict=True)])
+
+
+def _pad(paths: list[tuple[int, ...]]) -> np.ndarray:
+    """Paths as rows of a -1-padded int64 matrix."""
+    out = np.full((len(paths), max(map(len, paths), default=0)), -1, dtype=np.int64)
+    for i, path in enumerate(paths):
+        out[i, : len(path)] = path
+    return out
+
+
+def _shift(rel: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Node-relative link ids plus each row's node offset; -1 (no link) stays -1."""
+    return np.where(rel >= 0, rel + offset[:, None], -1)
 
 
 class ShortestPathRouter:

@@ -97,10 +97,81 @@ class Route:
 
 
 class Router(Protocol):
-    """Computes routes between devices of a topology (GPU device ids)."""
+    """Computes routes between devices of a topology (GPU device ids).
+
+    A router may also implement `BatchRouter.routes_batch`; `Topology.routes_batch` uses it
+    when present and falls back to `route` pair by pair otherwise.
+    """
 
     def route(self, topology: Topology, src: int, dst: int) -> Route:
         """The route from device `src` to device `dst` (src != dst)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouteBatch:
+    """The routes of many GPU pairs as flat arrays, pair after pair, path after path.
+
+    Binding a collective on a large machine touches hundreds of thousands of pairs; one
+    `Route` object per pair costs more in Python than the pricing that follows, so batch
+    routing returns numpy arrays that the network model reduces directly. Route i owns the
+    `paths_per_route[i]` paths after those of routes 0..i-1; path j owns `path_len[j]`
+    entries of `links` after those of paths 0..j-1 and carries `path_weight[j]` of the
+    traffic. Pair by pair it holds exactly what `Topology.route` returns.
+    """
+
+    links: np.ndarray  # int64, the links of every path, path after path
+    path_len: np.ndarray  # int64, links per path
+    path_weight: np.ndarray  # float64, traffic fraction per path
+    paths_per_route: np.ndarray  # int64, paths per GPU pair
+
+    def __len__(self) -> int:
+        return int(self.paths_per_route.shape[0])
+
+    @classmethod
+    def empty(cls) -> RouteBatch:
+        """A batch of no pairs."""
+        none = np.zeros(0, dtype=np.int64)
+        return cls(none, none.copy(), np.zeros(0, dtype=np.float64), none.copy())
+
+    @classmethod
+    def from_routes(cls, routes: Sequence[Route]) -> RouteBatch:
+        """Flatten scalar routes (the fallback for routers without a batch method)."""
+        links: list[int] = []
+        path_len: list[int] = []
+        weights: list[float] = []
+        for r in routes:
+            for p in r.paths:
+                links.extend(p)
+                path_len.append(len(p))
+            weights.extend(r.weights)
+        return cls(
+            links=np.asarray(links, dtype=np.int64),
+            path_len=np.asarray(path_len, dtype=np.int64),
+            path_weight=np.asarray(weights, dtype=np.float64),
+            paths_per_route=np.asarray([len(r.paths) for r in routes], dtype=np.int64),
+        )
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[RouteBatch]) -> RouteBatch:
+        """The batches one after the other (their pairs in order)."""
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        return cls(
+            links=np.concatenate([p.links for p in parts]),
+            path_len=np.concatenate([p.path_len for p in parts]),
+            path_weight=np.concatenate([p.path_weight for p in parts]),
+            paths_per_route=np.concatenate([p.paths_per_route for p in parts]),
+        )
+
+
+class BatchRouter(Router, Protocol):
+    """A router that also routes many device pairs at once, exactly like `route`."""
+
+    def routes_batch(self, topology: Topology, src: np.ndarray, dst: np.ndarray) -> RouteBatch:
+        """Routes from devices `src[i]` to `dst[i]` (int64 device ids, all valid GPUs)."""
         ...
 
 
@@ -245,6 +316,30 @@ class Topology:
         self._route_cache[key] = result
         return result
 
+    def routes_batch(self, src_gpus: np.ndarray, dst_gpus: np.ndarray) -> RouteBatch:
+        """Routes of GPU pairs `(src_gpus[i], dst_gpus[i])` (GPU indices), flattened.
+
+        Pair by pair the same paths, order and weights as `route`, but computed with numpy
+        by routers that support it (machine presets) and not cached: a schedule binds each
+        pattern once. Other routers (custom, synthetic) go through `route` pair by pair.
+        Raises TopologyError like `route` for the first bad pair.
+        """
+        src, dst = _gpu_index_arrays(src_gpus, dst_gpus)
+        n = self.num_gpus
+        bad = (src < 0) | (src >= n) | (dst < 0) | (dst >= n) | (src == dst)
+        if bad.any():
+            i = int(np.argmax(bad))
+            self.route(int(src[i]), int(dst[i]))  # raises the scalar path's error
+        if src.shape[0] == 0:
+            return RouteBatch.empty()
+        batch = getattr(self.router, "routes_batch", None)
+        if batch is None:
+            return RouteBatch.from_routes(
+                [self.route(a, b) for a, b in zip(src.tolist(), dst.tolist(), strict=True)]
+            )
+        result: RouteBatch = batch(self, self.gpus[src], self.gpus[dst])
+        return result
+
     def path(self, src_gpu: int, dst_gpu: int) -> Path:
         """The primary link path between two GPUs (GPU indices)."""
         return self.route(src_gpu, dst_gpu).primary
@@ -266,6 +361,19 @@ class Topology:
         if self._graph is None:
             self._graph = to_networkx(self)
         return self._graph
+
+
+def _gpu_index_arrays(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both index arrays as 1-D int64 of equal length; TopologyError otherwise."""
+    a, b = np.asarray(src), np.asarray(dst)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise TopologyError(
+            f"routes_batch needs two 1-D arrays of equal length, got shapes {a.shape} and {b.shape}"
+        )
+    for x in (a, b):
+        if x.size and x.dtype.kind not in "iu":
+            raise TopologyError(f"GPU indices must be integers, got dtype {x.dtype}")
+    return a.astype(np.int64, copy=False), b.astype(np.int64, copy=False)
 
 
 def to_networkx(topology: Topology) -> nx.DiGraph:

@@ -1,0 +1,27 @@
+"""The raw simpy event rate of this machine: the reference the engine's rate is compared to.
+
+A bare loop (100 processes yielding timeouts) measures how many events per second simpy
+itself processes here; `axsim bench` reports every case's event rate as a ratio to it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import simpy
+
+
+def raw_simpy_rate(events: int = 400_000) -> float:
+    """Events per second of a bare simpy loop."""
+    env = simpy.Environment()
+    per = max(events // 100, 1)
+
+    def proc(env: simpy.Environment):  # type: ignore[no-untyped-def]
+        for _ in range(per):
+            yield env.timeout(1)
+
+    for _ in range(100):
+        env.process(proc(env))
+    t0 = time.perf_counter()
+    env.run()
+    return (per * 100) / (time.perf_counter() - t0)
