@@ -7,30 +7,15 @@ strategy's process groups onto the report's X/Y/Z/data contract.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 from simulator.config import ExperimentConfig
+from simulator.plan import PlanBuilder, WorkloadPlan
+from simulator.strategy_plans import STRATEGY_PLAN_BUILDERS
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 from workloads.axonn.params import AxonnParallel
-from workloads.graph import OpGraph
 from workloads.models import TransformerSpec, model_flops_per_iteration
 
-
-@dataclass(frozen=True)
-class WorkloadPlan:
-    """A built workload and what the report needs to know about it."""
-
-    graph: OpGraph
-    memory: dict[str, float]  # bytes per GPU by category, with 'total'
-    parameters: dict[str, object]  # the strategy parameters used (grid, microbatches...)
-    grid: dict[str, int]  # x, y, z, data view of the parallel degrees (report contract)
-    group_aliases: dict[str, str] = field(default_factory=dict)  # strategy group -> x/y/z/data
-    model_flops: float = 0.0
-
-
-PlanBuilder = Callable[[ExperimentConfig, TransformerSpec, Topology, GpuSpec], WorkloadPlan]
+__all__ = ["PLAN_BUILDERS", "PlanBuilder", "WorkloadPlan", "build_plan"]
 
 
 def _axonn_plan(
@@ -79,7 +64,7 @@ def _axonn_plan(
     )
 
 
-PLAN_BUILDERS: dict[str, PlanBuilder] = {"axonn": _axonn_plan}
+PLAN_BUILDERS: dict[str, PlanBuilder] = {"axonn": _axonn_plan, **STRATEGY_PLAN_BUILDERS}
 
 
 def build_plan(config: ExperimentConfig, topology: Topology, gpu: GpuSpec) -> WorkloadPlan:

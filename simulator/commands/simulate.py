@@ -16,6 +16,7 @@ from simulator.config import (
 )
 from simulator.errors import ConfigError
 from workloads.axonn.params import Grid
+from workloads.strategies import STRATEGY_NAMES
 
 
 def flag_overrides(
@@ -72,6 +73,10 @@ def resolve_config(
 ) -> ExperimentConfig:
     """Config file (or embedded default) + strategy reset + flags + --set, validated once."""
     data = default_config_mapping() if config_path is None else read_yaml_mapping(config_path)
+    if strategy and strategy not in STRATEGY_NAMES:
+        raise ConfigError(
+            f"--strategy: unknown strategy '{strategy}' (known: {', '.join(STRATEGY_NAMES)})"
+        )
     if strategy:
         current = data.get("parallel", {}) or {}
         if current.get("strategy", "axonn") != strategy:
@@ -90,7 +95,12 @@ def register(app: click.Group) -> None:
     )
     @click.option("--gpus", type=int, default=None, help="Number of GPUs.")
     @click.option("--model", default=None, help="Model preset, e.g. gpt-80b.")
-    @click.option("--strategy", default=None, help="Parallel strategy (default axonn).")
+    @click.option(
+        "--strategy",
+        default=None,
+        help="Parallel strategy: axonn (default), megatron, zero3, fsdp, hsdp, zeropp, "
+        "zeropp-hier, fsdp-tp, fsdp-pp, optimus. Its options: --set parallel.FIELD=VALUE.",
+    )
     @click.option("--grid", default=None, help="AxoNN grid X,Y,Z,DATA (default: chosen for you).")
     @click.option("--batch-tokens", type=int, default=None, help="Global batch in tokens.")
     @click.option("--seq-len", type=int, default=None, help="Sequence length.")

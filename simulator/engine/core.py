@@ -122,6 +122,7 @@ class Engine:
             if not 0 <= r < graph.world_size:
                 raise EngineError(f"straggler rank {r} is outside 0..{graph.world_size - 1}")
         self.view: RankView = choose_view(graph, mode, bool(self.stragglers))
+        cost.pricer.tuner = "bottleneck" if cost.network == "alpha-beta" else "shared"
         if placement is None:
             if graph.world_size > topology.num_gpus:
                 raise EngineError(

@@ -120,6 +120,10 @@ class CollectivePricer:
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
         self._plan_cache: dict[tuple[int, CollectiveKind, float, bool], PhasePlan] = {}
+        # how the tuner compares candidates: "shared" (the bundle's own link sharing, as the
+        # contention model sees it alone) or "bottleneck" (alpha-beta's route bottlenecks):
+        # the engine sets it to its network model so choices and prices agree
+        self.tuner = "shared"
         self._choice_cache: dict[Hashable, tuple[Bundle, ...]] = {}
 
     # ------------------------------------------------------------- layouts
@@ -429,7 +433,7 @@ class CollectivePricer:
             return self.bind(
                 kind, instances, "direct" if kind is CollectiveKind.SEND_RECV else algo, root, key
             )
-        ckey = None if key is None else (key, kind, root, float(nbytes))
+        ckey = None if key is None else (key, kind, root, float(nbytes), self.tuner)
         if ckey is not None:
             hit = self._choice_cache.get(ckey)
             if hit is not None:
@@ -445,7 +449,8 @@ class CollectivePricer:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
-            t = max(self.estimate_time_s(x, nbytes, kind) for x in b) if b else 0.0
+            price = self.estimate_time_s if self.tuner == "shared" else self.alpha_beta_time_s
+            t = max(price(x, nbytes, kind) for x in b) if b else 0.0
             if t < best_t:
                 best_algo, best_t = cand, t
         if best_algo is None:
@@ -477,7 +482,8 @@ class CollectivePricer:
 
         Without calibration: the collective overhead, each phase's latency and its bytes.
         With a calibrated table for (GPU, tier, kind, group size), the bundle's isolated
-        time equals the table: the table's alpha replaces overhead and latencies (spread
+        time equals the table (a size-1 group, which has no phases, pays all of it as
+        overhead): the table's alpha replaces overhead and latencies (spread
         over phases by step count) and every phase's bytes are stretched by the ratio of
         the table's bandwidth term to the model's (`shared`: with the bundle's own link
         sharing, as the contention model sees it alone; else route bottlenecks), so
@@ -496,7 +502,7 @@ class CollectivePricer:
         raw = tuple(ph.bytes_factor * nbytes for ph in phases)
         plain = PhasePlan(self.params.collective_overhead_s, tuple(ph.latency_s for ph in phases), raw)
         table = None
-        if self.calibration is not None and phases:
+        if self.calibration is not None:
             table = self.calibration.collective(self.gpu, bundle.tier, kind, bundle.group_size)
         if table is None:
             return plain
@@ -510,6 +516,8 @@ class CollectivePricer:
             from simulator.microbench import bus_factor
 
             alpha, total = 0.0, nbytes * bus_factor(kind, bundle.group_size) / bus
+        if not phases:  # a size-1 group moves nothing: its measured time is all overhead
+            return PhasePlan(total, (), ())
         model_bw = sum(
             b / (ph.shared_rate_Bps if shared else ph.rate_Bps) for b, ph in zip(raw, phases, strict=True)
         )

@@ -16,35 +16,12 @@ What is counted (bytes per GPU):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from workloads.axonn.layers import block_layouts, logits_layout
 from workloads.axonn.params import Grid
+from workloads.memory import RUNTIME_RESERVE_BYTES, MemoryBreakdown
 from workloads.models import TransformerSpec
 
-RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers + fragmentation (assumption)
-
-
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Bytes per GPU by category."""
-
-    weights: float
-    gradients: float
-    optimizer: float
-    gathered_weights: float
-    activations: float
-    logits: float
-    runtime_reserve: float
-
-    @property
-    def total(self) -> float:
-        return sum(asdict(self).values())
-
-    def as_dict(self) -> dict[str, float]:
-        d = asdict(self)
-        d["total"] = self.total
-        return d
+__all__ = ["RUNTIME_RESERVE_BYTES", "MemoryBreakdown", "axonn_memory", "shard_params"]
 
 
 def shard_params(spec: TransformerSpec, grid: Grid, transpose_alternate: bool = True) -> float:

@@ -24,12 +24,10 @@ from dataclasses import dataclass
 from workloads.axonn.layers import LinearLayout, block_layouts, logits_layout
 from workloads.axonn.params import Grid
 from workloads.builder import ProgramBuilder
+from workloads.graph import Program
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
-from workloads.ops import ComputeKind as C
-
-CAUSAL_ATTENTION_FRACTION = 0.5  # causal flash attention skips the masked half
-ATTENTION_BACKWARD_FACTOR = 2.5  # flash-attention backward FLOPs / forward FLOPs
+from workloads.transformer import BlockEmitter, BlockShape, optimizer_step
 
 
 @dataclass(frozen=True)
@@ -49,27 +47,41 @@ class AxonnSetup:
     optimizer: str = "adam"
 
 
-class _Writer:
+class _Writer(BlockEmitter[LinearLayout]):
     """Emits the ops of one rank; holds the per-microbatch state (prefetch, handles)."""
 
     def __init__(self, spec: TransformerSpec, setup: AxonnSetup):
-        self.spec = spec
-        self.s = setup
-        self.b = ProgramBuilder("axonn")
-        self.blocks = block_layouts(spec, setup.grid, setup.transpose_alternate)
-        self.logits = logits_layout(spec, setup.grid)
+        blocks = block_layouts(spec, setup.grid, setup.transpose_alternate)
+        logits = logits_layout(spec, setup.grid)
         self.M = setup.microbatch_sequences * spec.seq_len
-        self.db = spec.dtype_bytes
         self.h_res = spec.hidden // (setup.grid.x if setup.transpose_alternate else setup.grid.y)
+        qkv, up = blocks[0], blocks[2]
+        shape = BlockShape(
+            res_tokens=self.M,
+            res_width=self.h_res,
+            attn_tokens=self.M,
+            heads=spec.heads // qkv.g_n,
+            head_dim=spec.head_dim,
+            qkv_width=qkv.n_local,
+            act_tokens=self.M,
+            act_width=up.n_local,
+            seq_len=spec.seq_len,
+            gated=spec.gated_mlp,
+        )
+        super().__init__(
+            spec,
+            ProgramBuilder("axonn"),
+            shape,
+            blocks,
+            logits,
+            checkpointing=setup.checkpointing,
+        )
+        self.s = setup
+        self.lg = logits
         self.rs_handles: list[int] = []
         self.prefetched: dict[str, int] = {}
 
     # ------------------------------------------------------------ primitives
-    def elementwise(
-        self, name: str, elems: float, passes: float, flops_per_elem: float = 1.0
-    ) -> None:
-        self.b.compute(name, C.ELEMENTWISE, flops_per_elem * elems, passes * elems * self.db)
-
     def gather(self, lay: LinearLayout, tag: str, blocking: bool = True) -> int:
         return self.b.collective(
             f"{tag}.ag_z", K.ALL_GATHER, "z", lay.gathered_elems * self.db, blocking=blocking
@@ -105,42 +117,6 @@ class _Writer:
             f"{tag}.ar_{lay.group_k}.fwd", K.ALL_REDUCE, lay.group_k, self.M * lay.n_local * self.db
         )
 
-    def block_forward(self, layer: int, recompute: bool) -> None:
-        sp, M = self.spec, self.M
-        qkv, out, up, down = self.blocks
-        tags = [f"L{layer}.{lay.name}" for lay in self.blocks]
-        order = list(zip(self.blocks, tags, strict=True))
-        nexts: list[tuple[LinearLayout, str] | None] = [*order[1:], None]
-        if not recompute and layer + 1 < sp.layers:
-            nexts[-1] = (self.blocks[0], f"L{layer + 1}.qkv")
-        elif not recompute:
-            nexts[-1] = (self.logits, "logits")
-        self.elementwise(f"L{layer}.ln1.fwd", M * self.h_res, 2, 8)
-        self.linear_forward(qkv, tags[0], nexts[0])
-        heads_local = sp.heads // qkv.g_n
-        attn_flops = 4.0 * M * sp.seq_len * heads_local * sp.head_dim * CAUSAL_ATTENTION_FRACTION
-        attn_bytes = self.db * M * (qkv.n_local + heads_local * sp.head_dim)
-        self.b.compute(
-            f"L{layer}.attn.fwd",
-            C.ATTENTION,
-            attn_flops,
-            attn_bytes,
-            (M, sp.seq_len, heads_local, sp.head_dim),
-        )
-        self.linear_forward(out, tags[1], nexts[1])
-        self.elementwise(f"L{layer}.residual1.fwd", M * self.h_res, 3)
-        self.elementwise(f"L{layer}.ln2.fwd", M * self.h_res, 2, 8)
-        self.linear_forward(up, tags[2], nexts[2])
-        act_elems = M * up.n_local
-        self.elementwise(
-            f"L{layer}.{'swiglu' if sp.gated_mlp else 'gelu'}.fwd",
-            act_elems,
-            1.5 if sp.gated_mlp else 2,
-            8,
-        )
-        self.linear_forward(down, tags[3], nexts[3])
-        self.elementwise(f"L{layer}.residual2.fwd", M * self.h_res, 3)
-
     # -------------------------------------------------------------- backward
     def linear_backward(self, lay: LinearLayout, tag: str, reduce_scatter: bool = True) -> None:
         s = self.s
@@ -173,37 +149,9 @@ class _Writer:
         if self.s.ors:
             self.rs_handles.append(h)
 
-    def block_backward(self, layer: int) -> None:
-        sp, M = self.spec, self.M
-        qkv, out, up, down = self.blocks
-        if self.s.checkpointing:
-            self.b.phase = "recompute"
-            self.block_forward(layer, recompute=True)
-            self.b.phase = "bwd"
-        self.elementwise(f"L{layer}.residual2.bwd", M * self.h_res, 2)
-        self.linear_backward(down, f"L{layer}.mlp_down")
-        self.elementwise(
-            f"L{layer}.{'swiglu' if sp.gated_mlp else 'gelu'}.bwd", M * up.n_local, 3, 12
-        )
-        self.linear_backward(up, f"L{layer}.mlp_up")
-        self.elementwise(f"L{layer}.ln2.bwd", M * self.h_res, 4, 12)
-        self.elementwise(f"L{layer}.residual1.bwd", M * self.h_res, 2)
-        self.linear_backward(out, f"L{layer}.attn_out")
-        heads_local = sp.heads // qkv.g_n
-        fwd = 4.0 * M * sp.seq_len * heads_local * sp.head_dim * CAUSAL_ATTENTION_FRACTION
-        self.b.compute(
-            f"L{layer}.attn.bwd",
-            C.ATTENTION,
-            ATTENTION_BACKWARD_FACTOR * fwd,
-            2 * self.db * M * qkv.n_local,
-            (M, sp.seq_len, heads_local, sp.head_dim),
-        )
-        self.linear_backward(qkv, f"L{layer}.qkv")
-        self.elementwise(f"L{layer}.ln1.bwd", M * self.h_res, 4, 12)
-
     # ------------------------------------------------------------ microbatch
     def microbatch(self) -> None:
-        sp, M, lg = self.spec, self.M, self.logits
+        sp, M, lg = self.spec, self.M, self.lg
         b = self.b
         b.phase = "fwd"
         # embedding lookup on the tied (vocab-split) weight: gather over Z, partial sums over Y
@@ -213,14 +161,14 @@ class _Writer:
         self.prefetched.clear()
         for layer in range(sp.layers):
             self.block_forward(layer, recompute=False)
-        self.elementwise("final_ln.fwd", M * self.h_res, 2, 8)
+        self.layernorm_forward("final_ln.fwd")
         self.linear_forward(lg, "logits", None)
         self.elementwise("loss.fwd", M * lg.n_local, 3, 6)
         b.collective("loss.ar_y", K.ALL_REDUCE, lg.group_n, 2 * M * 4)
         b.phase = "bwd"
         self.elementwise("loss.bwd", M * lg.n_local, 3, 4)
         self.linear_backward(lg, "logits", reduce_scatter=False)
-        self.elementwise("final_ln.bwd", M * self.h_res, 4, 12)
+        self.layernorm_backward("final_ln.bwd")
         for layer in reversed(range(sp.layers)):
             self.block_backward(layer)
         self.elementwise("embedding.bwd", M * self.h_res, 3)
@@ -236,7 +184,7 @@ class _Writer:
                 b.collective(
                     f"L{layer}.{lay.name}.ar_data", K.ALL_REDUCE, "data", lay.shard_elems * db
                 )
-        b.collective("logits.ar_data", K.ALL_REDUCE, "data", self.logits.shard_elems * db)
+        b.collective("logits.ar_data", K.ALL_REDUCE, "data", self.lg.shard_elems * db)
         small = [
             ("ln1.w", self.h_res),
             ("ln1.b", self.h_res),
@@ -255,13 +203,10 @@ class _Writer:
         from workloads.axonn.memory import shard_params
 
         params = shard_params(sp, self.s.grid, self.s.transpose_alternate)
-        per_param = (
-            36.0 if self.s.optimizer == "adam" else 14.0
-        )  # bytes read + written per parameter
-        b.compute("optimizer.step", C.OPTIMIZER, 12.0 * params, per_param * params, dtype_bytes=4)
+        optimizer_step(b, params, self.s.optimizer)
 
 
-def build_axonn_program(spec: TransformerSpec, setup: AxonnSetup):  # type: ignore[no-untyped-def]
+def build_axonn_program(spec: TransformerSpec, setup: AxonnSetup) -> Program:
     """The Program of one iteration (all microbatches + gradient sync + optimizer)."""
     w = _Writer(spec, setup)
     for _ in range(setup.microbatches):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from workloads.axonn.grid import axonn_groups
@@ -14,24 +12,9 @@ from workloads.axonn.program import AxonnSetup, build_axonn_program
 from workloads.errors import WorkloadError
 from workloads.graph import OpGraph
 from workloads.models import TransformerSpec
+from workloads.run import TrainingSetup, batch_sequences
 
-
-@dataclass(frozen=True)
-class TrainingSetup:
-    """The training-run choices a workload generator needs (from the config)."""
-
-    batch_tokens: int
-    microbatch_sequences: int | None = None
-    activation_checkpointing: bool = True
-    optimizer: str = "adam"
-
-
-def batch_sequences(spec: TransformerSpec, training: TrainingSetup) -> int:
-    if training.batch_tokens % spec.seq_len:
-        raise WorkloadError(
-            f"training.batch_tokens={training.batch_tokens} is not a multiple of the sequence length {spec.seq_len}"
-        )
-    return training.batch_tokens // spec.seq_len
+__all__ = ["TrainingSetup", "batch_sequences", "build_axonn_workload", "check_grid"]
 
 
 def check_grid(

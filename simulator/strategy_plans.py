@@ -1,0 +1,181 @@
+"""Plan builders of the seed papers' other strategies, and their maximum batch.
+
+Each builder resolves the strategy's open degrees and microbatch size (workloads/*
+choose the smallest model-parallel degrees that fit in memory), builds the OpGraph and
+maps its process groups onto the report's x / y / z / data contract (the mapping per
+strategy is tabulated in workloads/strategies.py).
+"""
+
+from __future__ import annotations
+
+from simulator.config import ExperimentConfig
+from simulator.plan import PlanBuilder, WorkloadPlan, cluster_shape, training_setup
+from topologies.hardware import GpuSpec
+from topologies.types import Topology
+from workloads.axonn.memory import axonn_memory
+from workloads.axonn.params import AxonnParallel
+from workloads.hybrid.configure import choose_setup
+from workloads.hybrid.memory import hybrid_memory, max_batch_sequences
+from workloads.hybrid.params import HybridParallel
+from workloads.hybrid.setup import HybridSetup
+from workloads.hybrid.workload import build_hybrid_workload
+from workloads.memory import largest_fitting
+from workloads.models import TransformerSpec, model_flops_per_iteration
+from workloads.optimus.memory import optimus_max_batch_sequences, optimus_memory
+from workloads.optimus.params import OptimusParallel
+from workloads.optimus.program import OptimusSetup
+from workloads.optimus.workload import build_optimus_workload, choose_optimus_setup
+
+ZERO_LEVEL_GROUPS = ("zpair", "zpair_x", "znode", "znode_x", "zinter")
+
+
+def hybrid_aliases(setup: HybridSetup) -> dict[str, str]:
+    """Strategy group -> report key (pipeline send/recv keeps its own 'pp' key)."""
+    aliases = {"tp": "x", "shard": "z", "replicate": "data", "embed": "data"}
+    aliases["dp"] = "z" if setup.sharded else "data"
+    aliases.update(dict.fromkeys(ZERO_LEVEL_GROUPS, "z"))
+    return aliases
+
+
+def hybrid_grid(setup: HybridSetup) -> dict[str, int]:
+    """x = tensor parallel, z = shard group, data = replicas; 'pipeline' when pp > 1."""
+    grid = {
+        "x": setup.tp,
+        "y": 1,
+        "z": setup.shard if setup.sharded else 1,
+        "data": setup.replicate if setup.sharded else setup.dp,
+    }
+    if setup.pp > 1:
+        grid["pipeline"] = setup.pp
+    return grid
+
+
+def hybrid_parameters(params: HybridParallel, setup: HybridSetup) -> dict[str, object]:
+    """The strategy parameters as given, with the degrees and microbatching used."""
+    out: dict[str, object] = dict(params.model_dump(mode="json"))
+    out.update(
+        tp=setup.tp,
+        pp=setup.pp,
+        dp=setup.dp,
+        microbatch_sequences=setup.microbatch_sequences,
+        microbatches=setup.microbatches,
+        recompute=setup.recompute,
+    )
+    if setup.sharded:
+        out["shard"] = setup.shard
+    return out
+
+
+def resolve_hybrid(config: ExperimentConfig, topology: Topology, gpu: GpuSpec) -> HybridSetup:
+    """The hybrid setup a config runs (open degrees and microbatch chosen)."""
+    params = config.parallel
+    if not isinstance(params, HybridParallel):  # pragma: no cover - dispatch guarantees it
+        raise TypeError(f"not a hybrid strategy: {params.strategy}")
+    spec = config.model.spec()
+    return choose_setup(spec, params, training_setup(config), cluster_shape(config, topology, gpu))
+
+
+def _hybrid_plan(
+    config: ExperimentConfig, spec: TransformerSpec, topology: Topology, gpu: GpuSpec
+) -> WorkloadPlan:
+    params = config.parallel
+    if not isinstance(params, HybridParallel):  # pragma: no cover - dispatch guarantees it
+        raise TypeError(f"not a hybrid strategy: {params.strategy}")
+    setup = resolve_hybrid(config, topology, gpu)
+    return WorkloadPlan(
+        graph=build_hybrid_workload(spec, setup),
+        memory=hybrid_memory(spec, setup).as_dict(),
+        parameters=hybrid_parameters(params, setup),
+        grid=hybrid_grid(setup),
+        group_aliases=hybrid_aliases(setup),
+        model_flops=model_flops_per_iteration(
+            spec, config.training.batch_tokens, setup.recompute == "full"
+        ),
+    )
+
+
+def resolve_optimus(config: ExperimentConfig, topology: Topology, gpu: GpuSpec) -> OptimusSetup:
+    """The Optimus setup a config runs (mesh side and microbatch chosen when open)."""
+    params = config.parallel
+    if not isinstance(params, OptimusParallel):  # pragma: no cover - dispatch guarantees it
+        raise TypeError(f"not optimus: {params.strategy}")
+    return choose_optimus_setup(
+        config.model.spec(), params, training_setup(config), cluster_shape(config, topology, gpu)
+    )
+
+
+def _optimus_plan(
+    config: ExperimentConfig, spec: TransformerSpec, topology: Topology, gpu: GpuSpec
+) -> WorkloadPlan:
+    params = config.parallel
+    if not isinstance(params, OptimusParallel):  # pragma: no cover - dispatch guarantees it
+        raise TypeError(f"not optimus: {params.strategy}")
+    setup = resolve_optimus(config, topology, gpu)
+    parameters: dict[str, object] = dict(params.model_dump(mode="json"))
+    parameters.update(
+        q=setup.q,
+        data=setup.data,
+        microbatch_sequences=setup.microbatch_sequences,
+        microbatches=setup.microbatches,
+    )
+    return WorkloadPlan(
+        graph=build_optimus_workload(spec, setup),
+        memory=optimus_memory(spec, setup).as_dict(),
+        parameters=parameters,
+        grid={"x": setup.q, "y": setup.q, "z": 1, "data": setup.data},
+        group_aliases={"row": "x", "col": "y", "dp": "data"},
+        model_flops=model_flops_per_iteration(
+            spec, config.training.batch_tokens, config.training.activation_checkpointing
+        ),
+    )
+
+
+STRATEGY_PLAN_BUILDERS: dict[str, PlanBuilder] = {
+    **dict.fromkeys(
+        ("megatron", "zero3", "fsdp", "hsdp", "zeropp", "zeropp-hier", "fsdp-tp", "fsdp-pp"),
+        _hybrid_plan,
+    ),
+    "optimus": _optimus_plan,
+}
+
+
+def plan_max_batch_sequences(
+    config: ExperimentConfig, plan: WorkloadPlan, topology: Topology, gpu: GpuSpec
+) -> int:
+    """The largest global batch (sequences) the plan's degrees fit without gradient
+    accumulation (pipelines: pp microbatches); 0 if none fits."""
+    spec = config.model.spec()
+    cap = gpu.memory_bytes
+    params = config.parallel
+    if isinstance(params, AxonnParallel):
+        return _axonn_max_batch(config, plan, spec, cap)
+    if isinstance(params, OptimusParallel):
+        return optimus_max_batch_sequences(spec, resolve_optimus(config, topology, gpu), cap)
+    return max_batch_sequences(spec, resolve_hybrid(config, topology, gpu), cap)
+
+
+def _axonn_max_batch(
+    config: ExperimentConfig, plan: WorkloadPlan, spec: TransformerSpec, cap: float
+) -> int:
+    from workloads.axonn.params import Grid
+
+    params = config.parallel
+    if not isinstance(params, AxonnParallel):  # pragma: no cover - checked by the caller
+        raise TypeError("not axonn")
+    g = plan.grid
+    grid = Grid(x=g["x"], y=g["y"], z=g["z"], data=g["data"])
+
+    def fits(b: int) -> bool:
+        mem = axonn_memory(
+            spec,
+            grid,
+            b,
+            checkpointing=config.training.activation_checkpointing,
+            oag="oag" in params.overlap,
+            cache_weights=params.cache_weights,
+            optimizer=config.training.optimizer,
+            transpose_alternate=params.transpose_alternate,
+        )
+        return mem.total <= cap
+
+    return largest_fitting(fits) * grid.z * grid.data

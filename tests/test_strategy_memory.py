@@ -1,0 +1,81 @@
+"""Memory models of the hybrid strategies against hand computations, and max batch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.strategy_helpers import SPEC, hybrid
+from workloads.hybrid.memory import hybrid_memory, max_batch_sequences, stage_memory
+from workloads.hybrid.params import MegatronParallel, ShardedParallel, ZeroppParallel
+
+# SPEC: 4 layers, hidden 64, 8 heads, sequence 32, vocabulary 128
+H, S, V, L = 64, 32, 128, 4
+
+
+def test_megatron_ddp_memory_by_hand() -> None:
+    setup, _ = hybrid(MegatronParallel(tp=2), 4, tp=2)
+    # per GPU with tp=2: QKV 64x96 + 96, attn-out 32x64 + 64 (row: full bias),
+    # MLP-up 64x128 + 128, MLP-down 128x64 + 64, LayerNorms 4x64
+    block = 64 * 96 + 96 + 32 * 64 + 64 + 64 * 128 + 128 + 128 * 64 + 64 + 4 * 64
+    params = L * block + (V // 2) * H + S * H + 2 * H  # + word/position embedding, final LN
+    mem = hybrid_memory(SPEC, setup)
+    assert mem.weights == 2 * params
+    assert mem.gradients == 4 * params  # Megatron's fp32 main gradients
+    assert mem.optimizer == 12 * params
+    tokens = 32
+    linear_inputs = tokens * (64 + 32 + 64 + 128)
+    attention = tokens * 96 + tokens * 4 * 8 + 4.0 * tokens * 4 / 2
+    block_act = 2 * (linear_inputs + 4 * tokens * H + attention + tokens * 128)
+    assert mem.activations == pytest.approx(L * 2 * tokens * H + block_act)
+    assert mem.logits == tokens * (V // 2) * (2 + 8)
+
+
+def test_distributed_optimizer_shards_the_optimizer_only() -> None:
+    ddp, _ = hybrid(MegatronParallel(tp=1), 4)
+    dist, _ = hybrid(MegatronParallel(tp=1, distributed_optimizer=True), 4)
+    a, b = hybrid_memory(SPEC, ddp), hybrid_memory(SPEC, dist)
+    assert b.optimizer == pytest.approx(a.optimizer / 4)
+    assert (b.weights, b.gradients) == (a.weights, a.gradients)
+
+
+def test_fsdp_memory_by_hand() -> None:
+    setup, _ = hybrid(ShardedParallel(strategy="fsdp", shard=4), 4)
+    unit = 64 * 192 + 192 + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64 + 4 * 64
+    root = V * H + S * H + 2 * H
+    held = (L * unit + root) / 4
+    mem = hybrid_memory(SPEC, setup)
+    assert mem.weights == pytest.approx(2 * held)
+    assert mem.gradients == pytest.approx(2 * held + 2 * unit)  # + one unsharded unit
+    assert mem.optimizer == pytest.approx(12 * held)
+    assert mem.gathered_weights == pytest.approx(2 * (2 * unit + root))  # current + prefetch
+
+
+def test_zeropp_hpz_secondary_partition_costs_m_over_node() -> None:
+    base, _ = hybrid(ZeroppParallel(hpz=False), 16, gpus_per_node=8)
+    hpz, _ = hybrid(ZeroppParallel(hpz=True), 16, gpus_per_node=8)
+    weights = L * (64 * 192 + 64 * 64 + 64 * 256 + 256 * 64) + V * H  # sharded weights
+    extra = hybrid_memory(SPEC, hpz).weights - hybrid_memory(SPEC, base).weights
+    assert extra == pytest.approx(2 * weights / 8)
+
+
+def test_pipeline_stages_hold_their_in_flight_microbatches() -> None:
+    setup, _ = hybrid(
+        MegatronParallel(tp=1, pp=2, recompute="full"), 2, pp=2, sequences=4, checkpointing=True
+    )
+    first, last = stage_memory(SPEC, setup, 0), stage_memory(SPEC, setup, 1)
+    stored = (L // 2) * 2 * 32 * H  # block inputs of a stage's 2 layers, one microbatch
+    assert first.activations - last.activations == pytest.approx(stored)  # 2 vs 1 in flight
+
+
+def test_max_batch_is_the_largest_that_fits() -> None:
+    setup, _ = hybrid(MegatronParallel(tp=2), 8, tp=2)
+    cap = 2.5e9
+    best = max_batch_sequences(SPEC, setup, cap)
+    per_replica = best // setup.dp
+    assert per_replica >= 1
+    at = replace(setup, microbatch_sequences=per_replica, microbatches=1)
+    over = replace(setup, microbatch_sequences=per_replica + 1, microbatches=1)
+    assert hybrid_memory(SPEC, at).total <= cap < hybrid_memory(SPEC, over).total
+    assert max_batch_sequences(SPEC, setup, 1e6) == 0

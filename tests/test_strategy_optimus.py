@@ -1,0 +1,111 @@
+"""Optimus (SUMMA 2D tensor parallelism): collectives per linear, the per-layer volume
+3·(7·b·s·h + 12·h²)/q of baselines.md, LayerNorm statistics, memory scaling."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.strategy_helpers import SPEC, collectives, run
+from workloads.errors import WorkloadError
+from workloads.ops import CollectiveKind as K
+from workloads.optimus.memory import optimus_max_batch_sequences, optimus_memory
+from workloads.optimus.params import OptimusParallel
+from workloads.optimus.workload import build_optimus_workload, optimus_setup
+from workloads.run import TrainingSetup
+
+DB = SPEC.dtype_bytes
+
+
+def _build(q: int, data: int = 1, mbs: int | None = None, checkpointing: bool = True):  # type: ignore[no-untyped-def]
+    mbs = mbs or q
+    training = TrainingSetup(mbs * data * SPEC.seq_len, activation_checkpointing=checkpointing)
+    setup = optimus_setup(SPEC, OptimusParallel(), training, q * q * data, q, mbs)
+    graph = build_optimus_workload(SPEC, setup)
+    graph.validate()
+    return setup, graph
+
+
+def test_six_q_broadcasts_and_reduces_per_linear() -> None:
+    q = 2
+    _, g = _build(q, checkpointing=False)
+    ops = [op for op in collectives(g.programs[0], "L0.mlp_up.")]
+    kinds = Counter((op.kind.value, op.group) for op in ops)
+    assert kinds == Counter(
+        {
+            ("broadcast", "row"): 2 * q,  # X blocks: forward and dW
+            ("broadcast", "col"): 2 * q,  # A blocks: forward and dX
+            ("reduce", "row"): q,  # dX partials
+            ("reduce", "col"): q,  # dW partials
+        }
+    )
+    assert sorted({op.root for op in ops}) == list(range(q))
+
+
+@pytest.mark.parametrize("q", [2, 4])
+def test_layer_volume_matches_the_optimus_formula(q: int) -> None:
+    mbs = 2 * q
+    _, g = _build(q, mbs=mbs, checkpointing=False)
+    summa = [
+        op
+        for op in collectives(g.programs[0], "L1.")
+        if op.kind in (K.BROADCAST, K.REDUCE) and ".stats" not in op.name
+    ]
+    elems = sum(op.bytes for op in summa) / DB
+    bsh = mbs * SPEC.seq_len * SPEC.hidden
+    h2 = SPEC.hidden**2
+    assert elems == pytest.approx(3 * (7 * bsh + 12 * h2) / q, rel=1e-12)
+
+
+def test_layernorm_statistics_are_all_reduced_along_the_row() -> None:
+    q, mbs = 2, 4
+    _, g = _build(q, mbs=mbs, checkpointing=False)
+    stats = [op for op in collectives(g.programs[0], "L0.ln") if op.kind is K.ALL_REDUCE]
+    assert {op.group for op in stats} == {"row"}
+    assert len(stats) == 4  # two LayerNorms, forward and backward
+    assert {op.bytes for op in stats} == {2 * mbs * SPEC.seq_len / q * 4}
+
+
+def test_full_and_symmetric_agree() -> None:
+    _, g = _build(2, data=2)
+    full, _ = run(g, mode="full")
+    sym, _ = run(g, mode="symmetric")
+    assert full.iteration_time_s == sym.iteration_time_s
+
+
+def test_activation_memory_falls_as_one_over_q_squared() -> None:
+    mbs = 16
+    acts = {}
+    for q in (1, 2, 4):
+        setup, _ = _build(q, mbs=mbs, checkpointing=False)
+        acts[q] = optimus_memory(SPEC, setup).activations
+    assert acts[1] / acts[2] == pytest.approx(4, rel=1e-9)
+    assert acts[2] / acts[4] == pytest.approx(4, rel=1e-9)
+
+
+def test_max_batch_is_the_largest_that_fits() -> None:
+    setup, _ = _build(2, data=2)
+    cap = 3.0e9
+    best = optimus_max_batch_sequences(SPEC, setup, cap)
+    per_mesh = best // setup.data
+    assert best > 0 and per_mesh % setup.q == 0
+    fit = optimus_memory(SPEC, _replace(setup, per_mesh)).total
+    over = optimus_memory(SPEC, _replace(setup, per_mesh + setup.q)).total
+    assert fit <= cap < over
+
+
+def _replace(setup, mbs: int):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    return replace(setup, microbatch_sequences=mbs, microbatches=1)
+
+
+def test_bad_meshes_name_the_field() -> None:
+    training = TrainingSetup(8 * SPEC.seq_len)
+    with pytest.raises(WorkloadError, match=r"parallel\.q=3 does not divide"):
+        optimus_setup(SPEC, OptimusParallel(), training, 9, 3, 3)
+    with pytest.raises(WorkloadError, match=r"q\^2 = 4 does not divide the 6 GPUs"):
+        optimus_setup(SPEC, OptimusParallel(), training, 6, 2, 2)
+    with pytest.raises(WorkloadError, match="multiple of q=2"):
+        optimus_setup(SPEC, OptimusParallel(), training, 4, 2, 1)

@@ -1,0 +1,143 @@
+"""Parameters of the Megatron-LM, ZeRO-3/FSDP/HSDP, ZeRO++ and FSDP+TP/PP strategies.
+
+Validated pydantic models (frozen, unknown fields rejected), one per strategy name, each
+discriminated by `strategy`. Degrees left at None are chosen for the machine (the
+smallest model-parallel degrees whose memory fits); `axsim compare-strategies` searches
+them. All of them become a `HybridSetup` (workloads/hybrid/configure.py).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Frozen = ConfigDict(frozen=True, extra="forbid")
+PartitionLevel = Literal["pair", "node", "global"]
+
+
+class MegatronParallel(BaseModel):
+    """Megatron-LM: tensor parallel `tp` (optionally sequence parallel), pipeline `pp`
+    with 1F1B (`virtual_stages` > 1: interleaved), data parallel over the rest with
+    bucketed gradient all-reduce or the distributed optimizer.
+
+    recompute: 'full' (checkpoint every block), 'selective' (recompute the attention
+    kernel) or 'none'; None follows training.activation_checkpointing (full / none).
+    bucket_size: gradient bucket in elements (None: Megatron's max(40M, 1M x dp)).
+    """
+
+    model_config = Frozen
+    strategy: Literal["megatron"] = "megatron"
+    tp: int | None = Field(default=None, ge=1)
+    pp: int | None = Field(default=None, ge=1)
+    virtual_stages: int = Field(default=1, ge=1)
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+    recompute: Literal["none", "full", "selective"] | None = None
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    bucket_size: int | None = Field(default=None, ge=1)
+    grad_reduce_in_fp32: bool = True
+
+
+class ShardedParallel(BaseModel):
+    """ZeRO-3 ('zero3'), PyTorch FSDP full sharding ('fsdp') and hybrid sharding
+    ('hsdp': shard inside a group, all-reduce across the groups).
+
+    shard: GPUs per sharding group (None: all GPUs; for hsdp the GPUs of a node).
+    granularity: 'linear' fetches each linear weight on use with biases and LayerNorms
+    replicated (DeepSpeed ZeRO-3), 'block' one flat unit per transformer block (FSDP);
+    None: linear for zero3, block otherwise. Prefetch: the next unit's all-gather is
+    issued when the current one starts (forward and backward).
+    """
+
+    model_config = Frozen
+    strategy: Literal["zero3", "fsdp", "hsdp"] = "fsdp"
+    shard: int | None = Field(default=None, ge=1)
+    granularity: Literal["block", "linear"] | None = None
+    forward_prefetch: bool = True
+    backward_prefetch: bool = True
+
+
+class ZeroppParallel(BaseModel):
+    """ZeRO++ (Wang et al. 2023) over all GPUs: qwz (int8 forward all-gather), hpz
+    (secondary bf16 weight partition inside each node for the backward all-gathers),
+    qgz (int4 gradients through a hierarchical all-to-all: inside the node, then across
+    nodes)."""
+
+    model_config = Frozen
+    strategy: Literal["zeropp"] = "zeropp"
+    qwz: bool = True
+    hpz: bool = True
+    qgz: bool = True
+    granularity: Literal["block", "linear"] = "linear"
+    forward_prefetch: bool = True
+    backward_prefetch: bool = True
+
+
+class ZeroppHierParallel(BaseModel):
+    """ZeRO++ with 3-level hierarchical partitioning (Frontier: GCD pair, node, global).
+
+    forward_partition / backward_partition: the partition the forward / backward
+    all-gathers read ('global' = ZeRO-3's; a node or pair partition is an extra bf16
+    copy refreshed after each optimizer step). gradient_partition: the first level of
+    the hierarchical gradient reduction ('pair' -> pair, node, global; 'node' -> node,
+    global; 'global' -> one flat reduction).
+    """
+
+    model_config = Frozen
+    strategy: Literal["zeropp-hier"] = "zeropp-hier"
+    qwz: bool = True
+    qgz: bool = True
+    forward_partition: PartitionLevel = "global"
+    backward_partition: PartitionLevel = "node"
+    gradient_partition: PartitionLevel = "node"
+    granularity: Literal["block", "linear"] = "linear"
+    forward_prefetch: bool = True
+    backward_prefetch: bool = True
+
+
+class FsdpTpParallel(BaseModel):
+    """FSDP (block units) over the data axis combined with Megatron tensor parallelism of
+    degree `tp` inside a node. shard: GPUs per sharding group along the data axis (None:
+    all of it)."""
+
+    model_config = Frozen
+    strategy: Literal["fsdp-tp"] = "fsdp-tp"
+    tp: int | None = Field(default=None, ge=1)
+    sequence_parallel: bool = False
+    shard: int | None = Field(default=None, ge=1)
+    forward_prefetch: bool = True
+    backward_prefetch: bool = True
+
+
+class FsdpPpParallel(BaseModel):
+    """FSDP (block units) inside each pipeline stage, `pp` stages with 1F1B
+    (`virtual_stages` > 1: interleaved). As torchtitan does under pipelining, weights
+    stay gathered for the whole iteration and gradients are reduce-scattered after the
+    last microbatch (`reshard_after_forward` = True re-gathers every microbatch)."""
+
+    model_config = Frozen
+    strategy: Literal["fsdp-pp"] = "fsdp-pp"
+    pp: int | None = Field(default=None, ge=1)
+    virtual_stages: int = Field(default=1, ge=1)
+    shard: int | None = Field(default=None, ge=1)
+    reshard_after_forward: bool = False
+    forward_prefetch: bool = True
+    backward_prefetch: bool = True
+
+    @model_validator(mode="after")
+    def _stages(self) -> FsdpPpParallel:
+        if self.pp == 1:
+            raise ValueError("parallel.pp must be at least 2 for fsdp-pp (use fsdp)")
+        return self
+
+
+HybridParallel = (
+    MegatronParallel
+    | ShardedParallel
+    | ZeroppParallel
+    | ZeroppHierParallel
+    | FsdpTpParallel
+    | FsdpPpParallel
+)

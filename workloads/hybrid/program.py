@@ -1,0 +1,342 @@
+"""The per-stage program of a TP x PP x DP hybrid (Megatron-LM, ZeRO-3/FSDP, ZeRO++...).
+
+Every rank of a pipeline stage runs the same program: the stage's passes in schedule
+order (workloads/hybrid/schedule.py), then the gradient synchronisation and the
+optimizer step.
+
+Tensor parallelism (Megatron-LM): column-parallel QKV and MLP-up, row-parallel
+attention-out and MLP-down. Without sequence parallelism a row-parallel forward ends in an
+all-reduce of its output and a column-parallel backward all-reduces dI asynchronously
+behind the dW GEMM; with it, column-parallel layers all-gather their sequence-split input
+(again in backward, behind the dI GEMM) and reduce-scatter dI, and row-parallel layers
+reduce-scatter their output and all-gather the output gradient. The embedding and the
+cross-entropy are vocabulary-parallel.
+
+Pipeline: activations and their gradients travel by send/recv on the 'pp' group, one
+stream per direction; a stage waits for a receive right before it needs the tensor and
+does not wait for its sends.
+
+Data axis: Megatron buckets (workloads/hybrid/buckets.py) or ZeRO/FSDP gathers and
+reductions (workloads/hybrid/sharding.py), per block unit ('block') or per linear
+weight ('linear', with AxoNN-style prefetch of the next weight in module order).
+"""
+
+from __future__ import annotations
+
+from workloads.hybrid.buckets import GradBuckets
+from workloads.hybrid.schedule import Pass
+from workloads.hybrid.setup import (
+    Chunk,
+    HybridSetup,
+    TpLinear,
+    block_linears,
+    block_params,
+    block_shape,
+    logits_linear,
+    stage_chunks,
+    stage_param_counts,
+)
+from workloads.hybrid.sharding import Gather, Sharder
+from workloads.hybrid.streams import StreamBuilder
+from workloads.models import TransformerSpec
+from workloads.ops import CollectiveKind as K
+from workloads.transformer import LINEAR_NAMES, BlockEmitter
+
+
+class StageEmitter(BlockEmitter[TpLinear]):
+    """Emits one pipeline stage's program."""
+
+    def __init__(self, spec: TransformerSpec, setup: HybridSetup, stage: int):
+        self.setup = setup
+        self.stage = stage
+        self.t = setup.tp
+        self.M = setup.microbatch_sequences * spec.seq_len
+        sp = setup.sequence_parallel and setup.tp > 1
+        self.sp = sp
+        super().__init__(
+            spec,
+            StreamBuilder(f"{setup.strategy}-stage{stage}"),
+            block_shape(spec, setup.tp, sp, self.M),
+            block_linears(spec, setup.tp),
+            logits_linear(spec, setup.tp),
+            checkpointing=setup.recompute == "full",
+            selective_recompute=setup.recompute == "selective",
+        )
+        self.lg = logits_linear(spec, setup.tp)
+        self.sb: StreamBuilder = self.b  # type: ignore[assignment]
+        self.chunks = stage_chunks(spec, setup, stage)
+        self.counts = stage_param_counts(spec, setup, stage)
+        self.sharder = Sharder(self.sb, setup, self.db) if setup.sharded else None
+        self.linear_mode = setup.sharded and setup.sharding.granularity == "linear"
+        self.block_mode = setup.sharded and setup.sharding.granularity == "block"
+        self.prefetched: dict[str, Gather] = {}
+        self.resident: set[str] = set()
+        self.buckets = self._make_buckets() if not setup.sharded and setup.dp > 1 else {}
+        self.chunk = self.chunks[0]
+        self.last_mb = False
+        self.tied_here = any(c.first for c in self.chunks) and any(c.last for c in self.chunks)
+
+    # -------------------------------------------------------------- helpers
+    def tp_collective(self, name: str, kind: K, nbytes: float, blocking: bool = True) -> int | None:
+        """A collective on the tensor-parallel group (none when tp = 1, as Megatron)."""
+        if self.t == 1:
+            return None
+        return self.b.collective(name, kind, "tp", nbytes, blocking=blocking)
+
+    def _root_unit(self, chunk: Chunk) -> str:
+        return "root" if self.tied_here else ("embed" if chunk.first else "head")
+
+    def _unit_elems(self, unit: str) -> float:
+        if unit == "root":
+            return self.counts["embedding"] + self.counts["head"]
+        if unit == "embed":
+            return self.counts["embedding"]
+        if unit == "head":
+            return self.counts["head"]
+        return block_params(self.spec, self.t)
+
+    def _make_buckets(self) -> dict[int, GradBuckets]:
+        s = self.setup
+        out = {}
+        for c in self.chunks:
+            units = [("head", self.counts["head"])] if c.last else []
+            units += [
+                (f"L{i}", block_params(self.spec, self.t)) for i in reversed(range(c.start, c.stop))
+            ]
+            if c.first:
+                units.append(("embedding", self.counts["embedding"]))
+            out[c.index] = GradBuckets(
+                self.b,
+                tag=f"chunk{c.index}",
+                units=[(n, e) for n, e in units if e > 0],
+                bucket_elems=s.bucket_elems,
+                distopt=s.data_mode == "distopt",
+                grad_bytes=s.grad_reduce_bytes,
+                param_bytes=self.db,
+                overlap_grad=s.overlap_grad_reduce,
+                overlap_param=s.overlap_param_gather,
+            )
+        return out
+
+    def _grad_ready(self, unit: str) -> None:
+        if self.last_mb and self.buckets:
+            self.buckets[self.chunk.index].ready(unit)
+
+    def _params_needed(self, unit: str) -> None:
+        if self.buckets:
+            self.buckets[self.chunk.index].wait_params(unit)
+
+    # ------------------------------------------------------- sharded gathers
+    def _acquire(self, unit: str, backward: bool, nxt: str | None) -> None:
+        """Block-granularity: make `unit` gathered, prefetching `nxt`."""
+        assert self.sharder is not None
+        sh = self.setup.sharding
+        if unit not in self.resident:
+            g = self.prefetched.pop(unit, None)
+            if g is None:
+                g = self.sharder.gather(unit, self._unit_elems(unit), backward, blocking=False)
+            self.sharder.finish(g)
+            if not sh.reshard_after_forward or unit in ("root", "embed", "head"):
+                self.resident.add(unit)
+        prefetch = sh.backward_prefetch if backward else sh.forward_prefetch
+        if prefetch and nxt is not None and nxt not in self.resident and nxt not in self.prefetched:
+            self.prefetched[nxt] = self.sharder.gather(
+                nxt, self._unit_elems(nxt), backward, blocking=False
+            )
+
+    def _linear_gather(self, lay: TpLinear, tag: str, nxt: tuple[TpLinear, str] | None) -> None:
+        """Linear-granularity forward gather with AxoNN/DeepSpeed-style prefetch."""
+        assert self.sharder is not None
+        backward = self.b.phase == "recompute"
+        if self.setup.sharding.forward_prefetch:
+            g = self.prefetched.pop(tag, None)
+            if g is None:
+                g = self.sharder.gather(tag, lay.weight_elems, backward, blocking=False)
+            self.sharder.finish(g)
+            if nxt is not None:
+                nl, ntag = nxt
+                self.prefetched[ntag] = self.sharder.gather(
+                    ntag, nl.weight_elems, backward, blocking=False
+                )
+        else:
+            self.sharder.gather(tag, lay.weight_elems, backward, blocking=True)
+
+    def _linear_backward_gather(self, lay: TpLinear, tag: str) -> None:
+        """Linear-granularity backward gather; with backward prefetch the next linear of
+        the block in backward order is fetched while this one computes."""
+        assert self.sharder is not None
+        g = self.prefetched.pop(f"{tag}.bwd", None)
+        if g is None:
+            g = self.sharder.gather(f"{tag}.bwd", lay.weight_elems, True, blocking=False)
+        self.sharder.finish(g)
+        layer, _, name = tag.partition(".")
+        if self.setup.sharding.backward_prefetch and name in LINEAR_NAMES[1:]:
+            i = LINEAR_NAMES.index(name) - 1
+            ntag = f"{layer}.{LINEAR_NAMES[i]}.bwd"
+            self.prefetched[ntag] = self.sharder.gather(
+                ntag, self.blocks[i].weight_elems, True, blocking=False
+            )
+
+    # ------------------------------------------------------------ linears
+    def linear_forward(
+        self, lay: TpLinear, tag: str, next_layer: tuple[TpLinear, str] | None
+    ) -> None:
+        if self.linear_mode:
+            self._linear_gather(lay, tag, next_layer)
+        M, db = self.M, self.db
+        if lay.column and self.sp:
+            self.tp_collective(f"{tag}.ag_tp.fwd", K.ALL_GATHER, M * lay.k * db)
+        self.b.gemm(f"{tag}.fwd", M, lay.n_local, lay.k_local, db)
+        if not lay.column:
+            kind = K.REDUCE_SCATTER if self.sp else K.ALL_REDUCE
+            self.tp_collective(f"{tag}.{'rs' if self.sp else 'ar'}_tp.fwd", kind, M * lay.n * db)
+
+    def linear_backward(self, lay: TpLinear, tag: str) -> None:
+        M, db = self.M, self.db
+        if self.linear_mode:
+            self._linear_backward_gather(lay, tag)
+        if not lay.column and self.sp:
+            self.tp_collective(f"{tag}.ag_tp.bwd", K.ALL_GATHER, M * lay.n * db)
+        h_in = None
+        if lay.column and self.sp:
+            h_in = self.tp_collective(
+                f"{tag}.ag_tp.input", K.ALL_GATHER, M * lay.k * db, blocking=False
+            )
+        self.b.gemm(f"{tag}.dI", M, lay.k_local, lay.n_local, db)
+        h = None
+        if lay.column:
+            kind = K.REDUCE_SCATTER if self.sp else K.ALL_REDUCE
+            name = f"{tag}.{'rs' if self.sp else 'ar'}_tp.bwd"
+            h = self.tp_collective(name, kind, M * lay.k * db, blocking=False)
+        if h_in is not None:
+            self.b.wait(h_in)
+        self.b.gemm(f"{tag}.dW", lay.k_local, lay.n_local, M, db)
+        if h is not None:
+            self.b.wait(h)
+        if self.linear_mode and not (tag == "logits" and self.tied_here):
+            assert self.sharder is not None
+            self.sharder.reduce(tag, lay.weight_elems, self.last_mb)
+
+    # -------------------------------------------------------------- blocks
+    def block_forward(self, layer: int, recompute: bool) -> None:
+        if not recompute:
+            self._params_needed(f"L{layer}")
+            if self.block_mode:
+                nxt = f"L{layer + 1}" if layer + 1 < self.chunk.stop else None
+                self._acquire(f"L{layer}", False, nxt)
+        super().block_forward(layer, recompute)
+
+    def block_backward(self, layer: int) -> None:
+        if self.block_mode:
+            nxt = f"L{layer - 1}" if layer - 1 >= self.chunk.start else None
+            self._acquire(f"L{layer}", True, nxt)
+        super().block_backward(layer)
+        if self.block_mode:
+            assert self.sharder is not None
+            self.sharder.reduce(f"L{layer}", block_params(self.spec, self.t), self.last_mb)
+        self._grad_ready(f"L{layer}")
+
+    # ------------------------------------------------------ embedding, head
+    def embedding_forward(self) -> None:
+        """Vocabulary-parallel embedding lookup (all-reduce, or reduce-scatter with SP)."""
+        M, h, db = self.M, self.spec.hidden, self.db
+        self._params_needed("embedding")
+        if self.linear_mode:
+            assert self.sharder is not None
+            self.sharder.gather("embedding", self.lg.weight_elems, False, blocking=True)
+        if self.block_mode:
+            self._acquire(self._root_unit(self.chunk), False, f"L{self.chunk.start}")
+        self.elementwise("embedding.fwd", M * h, 2)
+        if self.sp:
+            self.tp_collective("embedding.rs_tp", K.REDUCE_SCATTER, M * h * db)
+        else:
+            self.tp_collective("embedding.ar_tp", K.ALL_REDUCE, M * h * db)
+        if self.linear_mode:
+            self.prefetched.clear()
+
+    def embedding_backward(self) -> None:
+        M, h, db = self.M, self.spec.hidden, self.db
+        if self.sp:
+            self.tp_collective("embedding.ag_tp.bwd", K.ALL_GATHER, M * h * db)
+        self.elementwise("embedding.bwd", M * h, 3)
+        if self.sharder is not None and self.linear_mode:
+            self.sharder.reduce("logits", self.lg.weight_elems, self.last_mb)
+        if self.sharder is not None and self.block_mode:
+            unit = self._root_unit(self.chunk)
+            self.sharder.reduce(unit, self._unit_elems(unit), self.last_mb)
+        self._grad_ready("embedding")
+
+    def head_forward(self) -> None:
+        """Final LayerNorm, logits and vocabulary-parallel cross-entropy."""
+        M = self.M
+        if self.block_mode and not self.tied_here:
+            self._acquire("head", False, None)
+        self._params_needed("head")
+        self.layernorm_forward("final_ln.fwd")
+        self.linear_forward(self.lg, "logits", None)
+        self.elementwise("loss.fwd", M * self.lg.n_local, 3, 6)
+        self.tp_collective("loss.ar_tp", K.ALL_REDUCE, 2 * M * 4)
+
+    def head_backward(self) -> None:
+        self.elementwise("loss.bwd", self.M * self.lg.n_local, 3, 4)
+        self.linear_backward(self.lg, "logits")
+        self.layernorm_backward("final_ln.bwd")
+        if self.sharder is not None and self.block_mode and not self.tied_here:
+            self.sharder.reduce("head", self._unit_elems("head"), self.last_mb)
+        self._grad_ready("head")
+
+    # -------------------------------------------------------------- passes
+    def _p2p_bytes(self) -> float:
+        return self.M * self.spec.hidden * self.db / (self.t if self.sp else 1)
+
+    def _enter(self, ps: Pass) -> None:
+        self.chunk = self.chunks[ps.chunk]
+        self.layer_stop = self.chunk.stop
+        self.has_head = self.chunk.last
+        self.last_mb = ps.mb == self.setup.microbatches - 1
+
+    def forward_pass(self, ps: Pass) -> None:
+        """One chunk's forward on one microbatch: receive (or embed), blocks, send (or
+        the head and loss)."""
+        self._enter(ps)
+        c, p = self.chunk, self.setup.pp
+        self.b.phase = "fwd"
+        if c.first:
+            self.embedding_forward()
+        else:
+            h = self.sb.recv_on(
+                "recv.act", "pp", (self.stage - 1) % p, self._p2p_bytes(), "act", "p2p:act_in"
+            )
+            self.b.wait(h)
+        for layer in range(c.start, c.stop):
+            self.block_forward(layer, recompute=False)
+        if c.last:
+            self.head_forward()
+        else:
+            self.sb.send_on(
+                "send.act", "pp", (self.stage + 1) % p, self._p2p_bytes(), "act", "p2p:act_out"
+            )
+
+    def backward_pass(self, ps: Pass) -> None:
+        """One chunk's backward on one microbatch, mirror of `forward_pass`."""
+        self._enter(ps)
+        c, p = self.chunk, self.setup.pp
+        self.b.phase = "bwd"
+        if c.last:
+            self.head_backward()
+        else:
+            h = self.sb.recv_on(
+                "recv.grad", "pp", (self.stage + 1) % p, self._p2p_bytes(), "grad", "p2p:grad_in"
+            )
+            self.b.wait(h)
+        for layer in reversed(range(c.start, c.stop)):
+            self.block_backward(layer)
+        if c.first:
+            self.embedding_backward()
+        else:
+            self.sb.send_on(
+                "send.grad", "pp", (self.stage - 1) % p, self._p2p_bytes(), "grad", "p2p:grad_out"
+            )
+        if self.sharder is not None and p == 1:
+            self.resident.clear()
+            self.sharder.wait_pending()

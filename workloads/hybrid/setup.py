@@ -1,0 +1,223 @@
+"""The resolved setup of a TP x PP x DP hybrid and its per-GPU layer layouts.
+
+One generator serves Megatron-LM, ZeRO-3/FSDP/HSDP, ZeRO++ (flat and hierarchical),
+FSDP+TP and FSDP+PP: they are all the same three axes (Megatron tensor parallelism,
+pipeline stages, data parallelism) with a different treatment of the data axis:
+`ddp` (bucketed gradient all-reduce), `distopt` (Megatron's distributed optimizer:
+reduce-scatter gradients, all-gather parameters) or `sharded` (ZeRO-3/FSDP: parameters
+gathered before use, gradients reduce-scattered). Each strategy's pydantic parameters
+are translated into a `HybridSetup` (workloads/hybrid/configure.py).
+
+Rank order, fastest first: tensor parallel, shard, replicate, pipeline stage (Megatron's
+"tp-dp-pp" order, with the data axis split into shard x replicate for HSDP).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from workloads.errors import WorkloadError
+from workloads.models import TransformerSpec
+from workloads.transformer import BlockShape
+
+DataMode = Literal["ddp", "distopt", "sharded"]
+Level = Literal["pair", "node", "global"]
+Recompute = Literal["none", "full", "selective"]
+
+
+@dataclass(frozen=True)
+class ShardingSetup:
+    """How a sharded data axis gathers weights and reduces gradients.
+
+    granularity: 'block' gathers one flat unit per transformer block (FSDP); 'linear'
+    gathers each linear weight on use, small parameters staying replicated (DeepSpeed
+    ZeRO-3 with its persistence threshold). forward_level / backward_level: the partition
+    the forward / backward (and recompute) all-gathers read from ('global' = the whole
+    shard group; 'node' = ZeRO++'s hpZ secondary partition; 'pair' = a GCD pair).
+    gradient_level: the finest level of the hierarchical gradient reduction ('global' =
+    one reduce-scatter over the shard group; 'node' = inside the node, then across nodes;
+    'pair' = inside the GCD pair, across the node's pairs, across nodes).
+    qwz / qgz: int8 forward weights / int4 gradients (ZeRO++).
+    """
+
+    granularity: Literal["block", "linear"] = "block"
+    forward_prefetch: bool = True
+    backward_prefetch: bool = True
+    reshard_after_forward: bool = True
+    sync_every_microbatch: bool = True
+    forward_level: Level = "global"
+    backward_level: Level = "global"
+    gradient_level: Level = "global"
+    qwz: bool = False
+    qgz: bool = False
+
+
+@dataclass(frozen=True)
+class HybridSetup:
+    """Every choice the hybrid generator needs besides the model."""
+
+    strategy: str
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    shard: int = 1
+    sequence_parallel: bool = False
+    virtual_stages: int = 1
+    microbatch_sequences: int = 1
+    microbatches: int = 1
+    recompute: Recompute = "full"
+    data_mode: DataMode = "ddp"
+    sharding: ShardingSetup = field(default_factory=ShardingSetup)
+    bucket_elems: int = 40_000_000
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    grad_reduce_bytes: int = 4
+    optimizer: str = "adam"
+    gpus_per_node: int = 8
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def replicate(self) -> int:
+        return self.dp // self.shard
+
+    @property
+    def sharded(self) -> bool:
+        return self.data_mode == "sharded"
+
+    @property
+    def chunks(self) -> int:
+        return self.pp * self.virtual_stages
+
+
+@dataclass(frozen=True)
+class TpLinear:
+    """A linear layer split Megatron-style over `tp` GPUs: column-parallel layers split
+    the output features (n), row-parallel ones the input features (k)."""
+
+    name: str
+    k: int
+    n: int
+    column: bool
+    tp: int
+
+    @property
+    def k_local(self) -> int:
+        return self.k if self.column else self.k // self.tp
+
+    @property
+    def n_local(self) -> int:
+        return math.ceil(self.n / self.tp) if self.column else self.n
+
+    @property
+    def weight_elems(self) -> int:
+        return self.k_local * self.n_local
+
+    @property
+    def bias_elems(self) -> int:
+        return self.n_local
+
+
+def block_linears(spec: TransformerSpec, tp: int) -> tuple[TpLinear, ...]:
+    """QKV and MLP-up column-parallel, attention-out and MLP-down row-parallel."""
+    return tuple(
+        TpLinear(name, k, n, column=i % 2 == 0, tp=tp)
+        for i, (name, k, n) in enumerate(spec.linear_shapes())
+    )
+
+
+def logits_linear(spec: TransformerSpec, tp: int) -> TpLinear:
+    """The output projection h -> vocab, vocabulary-parallel (column)."""
+    return TpLinear("logits", spec.hidden, spec.vocab, column=True, tp=tp)
+
+
+def check_tensor_parallel(spec: TransformerSpec, tp: int, field_name: str) -> None:
+    """Raise WorkloadError (naming `field_name`) unless `tp` splits the model evenly."""
+    kv = spec.kv_heads or spec.heads
+    problems = [
+        (spec.heads % tp, f"{spec.heads} attention heads"),
+        (kv % tp, f"{kv} key/value heads"),
+        (spec.ffn % tp, f"MLP width {spec.ffn}"),
+    ]
+    for bad, what in problems:
+        if bad:
+            raise WorkloadError(f"{field_name}={tp} does not divide the model's {what}")
+
+
+def block_params(spec: TransformerSpec, tp: int) -> int:
+    """Parameters of one block per GPU: split linears, their biases, LayerNorms."""
+    return sum(lay.weight_elems + lay.bias_elems for lay in block_linears(spec, tp)) + 4 * (
+        spec.hidden
+    )
+
+
+def block_small_params(spec: TransformerSpec, tp: int) -> int:
+    """Biases and LayerNorm parameters of one block per GPU."""
+    return sum(lay.bias_elems for lay in block_linears(spec, tp)) + 4 * spec.hidden
+
+
+def block_shape(spec: TransformerSpec, tp: int, sequence_parallel: bool, tokens: int) -> BlockShape:
+    """Per-GPU kernel sizes of a block for `tokens` tokens per microbatch."""
+    lin = block_linears(spec, tp)
+    return BlockShape(
+        res_tokens=tokens // tp if sequence_parallel else tokens,
+        res_width=spec.hidden,
+        attn_tokens=tokens,
+        heads=spec.heads // tp,
+        head_dim=spec.head_dim,
+        qkv_width=lin[0].n_local,
+        act_tokens=tokens,
+        act_width=lin[2].n_local,
+        seq_len=spec.seq_len,
+        gated=spec.gated_mlp,
+    )
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The layers [start, stop) one pipeline rank runs as one model chunk."""
+
+    index: int
+    start: int
+    stop: int
+    first: bool  # holds the embedding
+    last: bool  # holds the final LayerNorm, logits and loss
+
+
+def stage_chunks(spec: TransformerSpec, setup: HybridSetup, stage: int) -> tuple[Chunk, ...]:
+    """Model chunks of pipeline rank `stage` (interleaved: chunk c of rank s is virtual
+    stage c*pp + s)."""
+    per = spec.layers // setup.chunks
+    out = []
+    for c in range(setup.virtual_stages):
+        v = c * setup.pp + stage
+        out.append(Chunk(c, v * per, (v + 1) * per, first=v == 0, last=v == setup.chunks - 1))
+    return tuple(out)
+
+
+def stage_param_counts(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, int]:
+    """Parameters per GPU on a pipeline rank: 'blocks', 'embedding' (word + position),
+    'head' (final LayerNorm, plus the output weight's own copy when it is not on the
+    embedding's stage) and 'small' (biases, LayerNorms, position embedding: what stays
+    replicated under per-linear ZeRO-3)."""
+    t = setup.tp
+    chunks = stage_chunks(spec, setup, stage)
+    layers = sum(c.stop - c.start for c in chunks)
+    vocab_local = logits_linear(spec, t).weight_elems
+    first = any(c.first for c in chunks)
+    last = any(c.last for c in chunks)
+    embedding = vocab_local + spec.seq_len * spec.hidden if first else 0
+    head = (2 * spec.hidden if last else 0) + (vocab_local if last and not first else 0)
+    small = layers * block_small_params(spec, t)
+    small += (spec.seq_len * spec.hidden if first else 0) + (2 * spec.hidden if last else 0)
+    return {
+        "blocks": layers * block_params(spec, t),
+        "embedding": embedding,
+        "head": head,
+        "small": small,
+        "total": layers * block_params(spec, t) + embedding + head,
+    }

@@ -1,0 +1,157 @@
+"""ZeRO-3 / FSDP / ZeRO++ weight gathers and gradient reductions of one rank.
+
+Gathers: the forward all-gather reads the forward partition (int8 with qwZ: quantise the
+shard, gather 1 byte per element, dequantise the gathered weight); the backward and
+recompute all-gathers read the backward partition (ZeRO++'s hpZ keeps a bf16 secondary
+partition inside the node, so these never leave it).
+
+Gradient reductions: a reduce-scatter over the shard group, or a hierarchy of them
+(finest level first, each on the previous level's output); with qgZ each level is an
+int4 all-to-all between a quantise and a dequantise-and-reduce kernel, the whole chain on
+a reduction side stream (DeepSpeed's qgZ), so the backward keeps computing. HSDP adds an
+all-reduce of the shard over the replicas once the gradients are final.
+
+Quantisation kernels are memory-bound QUANTIZE ops; their scale factors are ignored (one
+fp32 scale per few thousand elements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.hybrid.groups import LEVEL_GROUP, REFRESH_GROUP, gradient_groups, group_size
+from workloads.hybrid.setup import HybridSetup
+from workloads.hybrid.streams import StreamBuilder
+from workloads.ops import CollectiveKind as K
+from workloads.ops import ComputeKind as C
+
+INT8_BYTES = 1.0
+INT4_BYTES = 0.5
+QGZ_STREAM = "qgz"
+
+
+@dataclass(frozen=True)
+class Gather:
+    """An all-gather in flight: its handle, output elements, whether it is int8."""
+
+    handle: int
+    elems: float
+    quantized: bool
+    tag: str
+
+
+class Sharder:
+    """Emits the sharded data axis' collectives for one rank's program."""
+
+    def __init__(self, b: StreamBuilder, setup: HybridSetup, dtype_bytes: int):
+        self.b = b
+        self.setup = setup
+        self.sh = setup.sharding
+        self.db = dtype_bytes
+        self.pending: list[int] = []
+
+    def _size(self, group: str) -> int:
+        return group_size(self.setup, group)
+
+    def gather(self, tag: str, elems: float, backward: bool, blocking: bool) -> Gather:
+        """All-gather `elems` weight elements (the gathered size) for forward or backward."""
+        level = self.sh.backward_level if backward else self.sh.forward_level
+        group = LEVEL_GROUP[level]
+        size = self._size(group)
+        if size == 1:
+            return Gather(-1, elems, False, tag)
+        quant = self.sh.qwz and not backward
+        if quant:
+            shard = elems / size
+            self.b.compute(
+                f"{tag}.qwz.quant", C.QUANTIZE, 2.0 * shard, (self.db + INT8_BYTES) * shard
+            )
+        nbytes = elems * (INT8_BYTES if quant else self.db)
+        h = self.b.collective(f"{tag}.ag_{group}", K.ALL_GATHER, group, nbytes, blocking=False)
+        g = Gather(h, elems, quant, tag)
+        if blocking:
+            self.finish(g)
+        return g
+
+    def finish(self, g: Gather) -> None:
+        """Wait for a gather (and dequantise an int8 one)."""
+        if g.handle < 0:
+            return
+        self.b.wait(g.handle)
+        if g.quantized:
+            self.b.compute(
+                f"{g.tag}.qwz.dequant", C.QUANTIZE, 2.0 * g.elems, (INT8_BYTES + self.db) * g.elems
+            )
+
+    def reduce(self, tag: str, elems: float, last: bool) -> None:
+        """Reduce `elems` gradient elements into shards (every microbatch unless
+        `sync_every_microbatch` is off), and over the replicas when `last`."""
+        if not (last or self.sh.sync_every_microbatch):
+            return
+        levels = [g for g in gradient_groups(self.sh.gradient_level) if self._size(g) > 1]
+        if self.sh.qgz:
+            tail, cur = self._qgz_chain(tag, elems, levels)
+        else:
+            tail, cur = self._rs_chain(tag, elems, levels)
+        if last and self.setup.replicate > 1:
+            tail = self.b.collective(
+                f"{tag}.ar_replicate",
+                K.ALL_REDUCE,
+                "replicate",
+                cur * self.db,
+                blocking=False,
+                deps=() if tail is None else (tail,),
+            )
+        if tail is not None:
+            self.pending.append(tail)
+
+    def _rs_chain(self, tag: str, elems: float, levels: list[str]) -> tuple[int | None, float]:
+        prev: int | None = None
+        cur = elems
+        for g in levels:
+            prev = self.b.collective(
+                f"{tag}.rs_{g}",
+                K.REDUCE_SCATTER,
+                g,
+                cur * self.db,
+                blocking=False,
+                deps=() if prev is None else (prev,),
+            )
+            cur /= self._size(g)
+        return prev, cur
+
+    def _qgz_chain(self, tag: str, elems: float, levels: list[str]) -> tuple[int | None, float]:
+        b, s = self.b, QGZ_STREAM
+        deps = b.last_compute()
+        tail: int | None = None
+        cur = elems
+        for g in levels:
+            k = self._size(g)
+            b.side_compute(
+                f"{tag}.qgz.quant_{g}", C.QUANTIZE, 4.0 * cur, (self.db + INT4_BYTES) * cur, s, deps
+            )
+            deps = ()
+            b.side_collective(f"{tag}.qgz.a2a_{g}", K.ALL_TO_ALL, g, INT4_BYTES * cur, s)
+            tail = b.side_compute(
+                f"{tag}.qgz.dequant_reduce_{g}",
+                C.QUANTIZE,
+                2.0 * cur,
+                INT4_BYTES * cur + self.db * cur / k,
+                s,
+            )
+            cur /= k
+        return tail, cur
+
+    def wait_pending(self, name: str = "wait:grads") -> None:
+        """The compute stream waits for every outstanding gradient reduction."""
+        self.b.wait_all(self.pending, name)
+
+    def refresh_forward_partition(self, params: float) -> None:
+        """After the step: rebuild a node/pair forward partition from the global shards."""
+        level = self.sh.forward_level
+        if level == "global":
+            return
+        group = REFRESH_GROUP[level]
+        if self._size(group) > 1:
+            out = params / self._size(LEVEL_GROUP[level])
+            self.b.collective(f"refresh.ag_{group}", K.ALL_GATHER, group, out * self.db)

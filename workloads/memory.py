@@ -1,0 +1,71 @@
+"""Per-GPU memory by category, shared by every strategy's memory model.
+
+Categories (bytes per GPU): weights (bf16 copies a GPU holds between uses, including
+ZeRO++'s secondary partitions), gradients, optimizer (fp32 master weights and moments),
+gathered_weights (temporarily unsharded weights: ZeRO/FSDP all-gather outputs, SUMMA
+broadcast buffers), activations (what the backward needs, with checkpointing), logits
+(the output layer's logits and fp32 softmax) and a fixed runtime reserve (CUDA context,
+NCCL buffers, allocator fragmentation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from workloads.transformer import BlockShape
+
+RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers + fragmentation (assumption)
+LOGIT_BYTES_PER_ELEM_EXTRA = 8  # fp32 softmax and its gradient beside the bf16 logits
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU by category."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    gathered_weights: float
+    activations: float
+    logits: float
+    runtime_reserve: float
+
+    @property
+    def total(self) -> float:
+        return sum(asdict(self).values())
+
+    def as_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+def block_activation_bytes(
+    shape: BlockShape, linear_input_elems: float, dtype_bytes: int, selective: bool = False
+) -> float:
+    """Activations one block keeps for its backward, per GPU, with flash attention (no
+    s x s scores): the linear layers' inputs (`linear_input_elems`, as each strategy stores
+    them), LayerNorm inputs, q/k/v and the attention output, the activation's input, the
+    residual stream twice and the fp32 log-sum-exp per head. Selective recompute drops
+    the attention output and log-sum-exp (recomputed in backward)."""
+    s = shape
+    attention = float(s.attn_tokens * s.qkv_width)
+    if not selective:
+        attention += (
+            s.attn_tokens * s.heads * s.head_dim + 4.0 * s.attn_tokens * s.heads / dtype_bytes
+        )
+    return dtype_bytes * (linear_input_elems + 4 * s.res_elems + attention + s.act_elems)
+
+
+def largest_fitting(fits: Callable[[int], bool], limit: int = 1 << 24) -> int:
+    """The largest b >= 1 with fits(b) (fits is monotone: true up to some b), or 0."""
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and fits(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo

@@ -1,0 +1,147 @@
+"""Build Optimus workloads: mesh groups, validation, mesh-size and microbatch choice."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.errors import WorkloadError
+from workloads.graph import OpGraph
+from workloads.groups import ProcessGroups
+from workloads.models import TransformerSpec
+from workloads.optimus.memory import optimus_memory
+from workloads.optimus.params import OptimusParallel
+from workloads.optimus.program import OptimusSetup, build_optimus_program
+from workloads.run import ClusterShape, TrainingSetup, batch_sequences, divisors
+
+
+def optimus_groups(q: int, data: int) -> ProcessGroups:
+    """row (same mesh row, consecutive ranks), col (same mesh column, stride q) and dp
+    (the same mesh position in every replica). Rank = j + q·i + q²·replica."""
+    ranks = np.arange(q * q * data, dtype=np.int64).reshape(data, q, q)
+    return ProcessGroups(
+        q * q * data,
+        {
+            "row": ranks.reshape(-1, q),
+            "col": ranks.transpose(0, 2, 1).reshape(-1, q),
+            "dp": ranks.transpose(1, 2, 0).reshape(-1, data),
+        },
+    )
+
+
+def check_mesh(spec: TransformerSpec, q: int, gpus: int, data: int | None) -> int:
+    """Validate the mesh against the model and GPU count; return the replica count."""
+    if data is None:
+        if gpus % (q * q):
+            raise WorkloadError(f"parallel.q: q^2 = {q * q} does not divide the {gpus} GPUs")
+        data = gpus // (q * q)
+    if q * q * data != gpus:
+        raise WorkloadError(
+            f"parallel: q^2 x data = {q * q} x {data} = {q * q * data} does not equal the {gpus} GPUs"
+        )
+    kv = spec.kv_heads or spec.heads
+    for value, what in (
+        (spec.hidden, "hidden size"),
+        (spec.heads, "attention heads"),
+        (kv, "key/value heads"),
+        (spec.ffn, "MLP width"),
+    ):
+        if value % q:
+            raise WorkloadError(f"parallel.q={q} does not divide the model's {what} ({value})")
+    return data
+
+
+def optimus_setup(
+    spec: TransformerSpec,
+    params: OptimusParallel,
+    training: TrainingSetup,
+    gpus: int,
+    q: int,
+    microbatch_sequences: int,
+) -> OptimusSetup:
+    """A validated setup for mesh side q and a per-mesh microbatch."""
+    data = check_mesh(spec, q, gpus, params.data)
+    seqs = batch_sequences(spec, training)
+    if seqs % data:
+        raise WorkloadError(
+            f"training.batch_tokens: {seqs} sequences are not divisible by the {data} replicas"
+        )
+    per_replica = seqs // data
+    if microbatch_sequences % q or per_replica % microbatch_sequences:
+        raise WorkloadError(
+            f"training.microbatch_sequences={microbatch_sequences} must be a multiple of q={q} "
+            f"dividing the {per_replica} sequences per replica"
+        )
+    return OptimusSetup(
+        q=q,
+        data=data,
+        microbatch_sequences=microbatch_sequences,
+        microbatches=per_replica // microbatch_sequences,
+        checkpointing=training.activation_checkpointing,
+        prefetch_broadcasts=params.prefetch_broadcasts,
+        optimizer=training.optimizer,
+        bucket_elems=max(40_000_000, 1_000_000 * data),
+    )
+
+
+def candidate_optimus_setups(
+    spec: TransformerSpec, params: OptimusParallel, training: TrainingSetup, cluster: ClusterShape
+) -> list[OptimusSetup]:
+    """Every valid (q, microbatch) configuration, smallest mesh first."""
+    qs = (
+        [params.q] if params.q else [q for q in range(1, cluster.gpus + 1) if q * q <= cluster.gpus]
+    )
+    seqs = batch_sequences(spec, training)
+    out = []
+    for q in qs:
+        try:
+            data = check_mesh(spec, q, cluster.gpus, params.data)
+        except WorkloadError:
+            continue
+        if seqs % data:
+            continue
+        per = seqs // data
+        mbs = [training.microbatch_sequences] if training.microbatch_sequences else divisors(per)
+        for m in mbs:
+            try:
+                out.append(optimus_setup(spec, params, training, cluster.gpus, q, m))
+            except WorkloadError:
+                continue
+    return out
+
+
+def choose_optimus_setup(
+    spec: TransformerSpec, params: OptimusParallel, training: TrainingSetup, cluster: ClusterShape
+) -> OptimusSetup:
+    """The smallest mesh (q > 1 when the GPU count allows) that fits, largest fitting
+    microbatch; raises WorkloadError naming the field if no configuration is valid."""
+    setups = candidate_optimus_setups(spec, params, training, cluster)
+    if not setups:
+        q = params.q or 1
+        optimus_setup(spec, params, training, cluster.gpus, q, training.microbatch_sequences or q)
+        raise WorkloadError(f"parallel: no valid Optimus mesh for {cluster.gpus} GPUs")
+    meshes = sorted({s.q for s in setups}, key=lambda q: (q == 1, q))
+    for q in meshes:
+        fit = [
+            s
+            for s in setups
+            if s.q == q and optimus_memory(spec, s).total <= cluster.capacity_bytes
+        ]
+        if fit:
+            return max(fit, key=lambda s: s.microbatch_sequences)
+    return min(setups, key=lambda s: optimus_memory(spec, s).total)
+
+
+def build_optimus_workload(spec: TransformerSpec, setup: OptimusSetup) -> OpGraph:
+    """The OpGraph of one Optimus iteration (one program, one rank class)."""
+    check_mesh(spec, setup.q, setup.world, setup.data)
+    program = build_optimus_program(spec, setup)
+    world = setup.world
+    return OpGraph(
+        world_size=world,
+        programs=(program,),
+        rank_program=np.zeros(world, dtype=np.int64),
+        groups=optimus_groups(setup.q, setup.data),
+        rank_class=np.zeros(world, dtype=np.int64),
+        name=f"optimus-{spec.name}-q{setup.q}-d{setup.data}",
+        metadata={"strategy": "optimus", "q": setup.q, "data": setup.data},
+    )
