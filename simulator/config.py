@@ -157,6 +157,11 @@ class TrainingConfig(BaseModel):
     microbatch_sequences: int | None = Field(default=None, gt=0)
     activation_checkpointing: bool = True
     optimizer: Literal["adam", "sgd"] = "adam"
+    flash_attention: bool = Field(
+        default=True,
+        description="Fused flash attention; false = Megatron's unfused path (QK^T, softmax, "
+        "dropout and PV kernels over the full s x s scores, which are also stored).",
+    )
     master_weights_fp32: bool = True
 
 

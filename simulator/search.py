@@ -143,5 +143,6 @@ def simulate_candidates(
 
 
 def search_training(config: ExperimentConfig) -> TrainingSetup:
-    t = config.training
-    return TrainingSetup(t.batch_tokens, t.microbatch_sequences, t.activation_checkpointing, t.optimizer)
+    from simulator.plan import training_setup
+
+    return training_setup(config)

@@ -8,12 +8,13 @@ strategy's process groups onto the report's X/Y/Z/data contract.
 from __future__ import annotations
 
 from simulator.config import ExperimentConfig
-from simulator.plan import PlanBuilder, WorkloadPlan
+from simulator.plan import PlanBuilder, WorkloadPlan, training_setup
 from simulator.strategy_plans import STRATEGY_PLAN_BUILDERS
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
-from workloads.axonn.params import AxonnParallel
+from workloads.axonn.params import AxonnParallel, Grid
 from workloads.models import TransformerSpec, model_flops_per_iteration
+from workloads.run import TrainingSetup
 
 __all__ = ["PLAN_BUILDERS", "PlanBuilder", "WorkloadPlan", "build_plan"]
 
@@ -21,29 +22,16 @@ __all__ = ["PLAN_BUILDERS", "PlanBuilder", "WorkloadPlan", "build_plan"]
 def _axonn_plan(
     config: ExperimentConfig, spec: TransformerSpec, topology: Topology, gpu: GpuSpec
 ) -> WorkloadPlan:
-    from workloads.axonn.workload import (
-        TrainingSetup,
-        build_axonn_workload,
-        check_grid,
-        choose_microbatch,
-        heuristic_grid,
-        memory_for,
-    )
+    from workloads.axonn.workload import build_axonn_workload, check_grid, choose_microbatch, memory_for
 
     params = config.parallel
     assert isinstance(params, AxonnParallel)
     t = config.training
-    training = TrainingSetup(
-        t.batch_tokens, t.microbatch_sequences, t.activation_checkpointing, t.optimizer
-    )
+    training = training_setup(config)
     gpus = topology.num_gpus if config.cluster.num_gpus is None else config.cluster.num_gpus
-    grid = params.grid or heuristic_grid(
-        spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes
-    )
+    grid = params.grid or _default_grid(config, spec, params, training, gpus, topology, gpu)
     per_gpu = check_grid(spec, grid, params, training, gpus)
-    mbs = t.microbatch_sequences or choose_microbatch(
-        spec, grid, params, training, per_gpu, gpu.memory_bytes
-    )
+    mbs = t.microbatch_sequences or choose_microbatch(spec, grid, params, training, per_gpu, gpu.memory_bytes)
     graph = build_axonn_workload(spec, params, grid, training, mbs)
     memory = memory_for(spec, grid, params, training, mbs).as_dict()
     return WorkloadPlan(
@@ -62,6 +50,30 @@ def _axonn_plan(
         group_aliases={"x": "x", "y": "y", "z": "z", "data": "data"},
         model_flops=model_flops_per_iteration(spec, t.batch_tokens, t.activation_checkpointing),
     )
+
+
+def _default_grid(
+    config: ExperimentConfig,
+    spec: TransformerSpec,
+    params: AxonnParallel,
+    training: TrainingSetup,
+    gpus: int,
+    topology: Topology,
+    gpu: GpuSpec,
+) -> Grid:
+    """The analytical model's best grid (group bandwidths from axsim's own collective model
+    on the machine); the simple heuristic for custom topologies, where sub-machines cannot
+    be built to measure them."""
+    from workloads.axonn.workload import heuristic_grid
+
+    if config.cluster.machine != "custom":
+        from simulator.search import bandwidth_provider, rank_grids
+
+        bandwidth = bandwidth_provider(config, "topology", topology.gpus_per_node)
+        ranked = rank_grids(spec, params, training, gpus, gpu, bandwidth)
+        if ranked:
+            return ranked[0].grid
+    return heuristic_grid(spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes)
 
 
 PLAN_BUILDERS: dict[str, PlanBuilder] = {"axonn": _axonn_plan, **STRATEGY_PLAN_BUILDERS}

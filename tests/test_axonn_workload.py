@@ -207,3 +207,36 @@ def test_bad_grids_name_the_field() -> None:
         build_axonn_workload(
             SPEC, AxonnParallel(), Grid(x=1, y=1, z=1, data=1), TrainingSetup(4 * 32), 3
         )
+
+
+def test_unfused_attention_emits_megatron_kernels_and_stores_scores() -> None:
+    grid = Grid(x=1, y=2, z=1, data=1)
+    batch = 2 * SPEC.seq_len
+    flash = build_axonn_workload(SPEC, AxonnParallel(grid=grid), grid, TrainingSetup(batch), 2)
+    plain = build_axonn_workload(
+        SPEC, AxonnParallel(grid=grid), grid, TrainingSetup(batch, flash_attention=False), 2
+    )
+    names = {op.name for op in plain.programs[0].ops}
+    assert {"L0.attn.qk", "L0.attn.softmax.fwd", "L0.attn.dropout.fwd", "L0.attn.pv"} <= names
+    assert {"L0.attn.dq", "L0.attn.dk", "L0.attn.dv", "L0.attn.dp"} <= names
+    assert "L0.attn.fwd" in {op.name for op in flash.programs[0].ops} and "L0.attn.fwd" not in names
+    qk = next(op for op in plain.programs[0].ops if op.name == "L0.attn.qk")
+    heads = SPEC.heads // 2
+    s, d = SPEC.seq_len, SPEC.head_dim
+    assert qk.shape == (s, s, d, 2 * heads)  # batched over sequences x local heads
+    assert qk.flops == 2.0 * s * s * d * 2 * heads  # the full (uncausal) s x s scores
+    mem_flash = axonn_memory(SPEC, grid, 2)
+    mem_plain = axonn_memory(SPEC, grid, 2, flash_attention=False)
+    scores = 2 * s * s * heads * (4 * SPEC.dtype_bytes + 1)
+    assert mem_plain.activations - mem_flash.activations == pytest.approx(scores)
+
+
+def test_fragmentation_is_a_fraction_of_short_lived_memory() -> None:
+    from workloads.memory import FRAGMENTATION_FRACTION
+
+    mem = axonn_memory(SPEC, Grid(x=1, y=1, z=2, data=1), 2)
+    d = mem.as_dict()
+    assert d["fragmentation"] == pytest.approx(
+        FRAGMENTATION_FRACTION * (mem.activations + mem.logits + mem.gathered_weights)
+    )
+    assert d["total"] == pytest.approx(sum(v for k, v in d.items() if k != "total"))

@@ -29,7 +29,7 @@ def test_megatron_ddp_memory_by_hand() -> None:
     attention = tokens * 96 + tokens * 4 * 8 + 4.0 * tokens * 4 / 2
     block_act = 2 * (linear_inputs + 4 * tokens * H + attention + tokens * 128)
     assert mem.activations == pytest.approx(L * 2 * tokens * H + block_act)
-    assert mem.logits == tokens * (V // 2) * (2 + 8)
+    assert mem.logits == tokens * (V // 2) * (2 + 12)
 
 
 def test_distributed_optimizer_shards_the_optimizer_only() -> None:

@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass
 
 from workloads.transformer import BlockShape
 
-RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers + fragmentation (assumption)
-LOGIT_BYTES_PER_ELEM_EXTRA = 8  # fp32 softmax and its gradient beside the bf16 logits
+RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption)
+LOGIT_BYTES_PER_ELEM_EXTRA = 12  # fp32 upcast, fp32 softmax and its fp32 gradient beside bf16 logits
+FRAGMENTATION_FRACTION = 0.10  # caching-allocator slack on short-lived tensors (assumption)
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,19 @@ class MemoryBreakdown:
     runtime_reserve: float
 
     @property
+    def fragmentation(self) -> float:
+        """PyTorch's caching allocator cannot reuse every freed block for the next
+        request: short-lived tensors (activations, logits, gathered weights) cost a
+        fraction more than their size."""
+        return FRAGMENTATION_FRACTION * (self.activations + self.logits + self.gathered_weights)
+
+    @property
     def total(self) -> float:
-        return sum(asdict(self).values())
+        return sum(asdict(self).values()) + self.fragmentation
 
     def as_dict(self) -> dict[str, float]:
         d = asdict(self)
+        d["fragmentation"] = self.fragmentation
         d["total"] = self.total
         return d
 
@@ -55,7 +64,10 @@ def block_activation_bytes(
         attention += (
             s.attn_tokens * s.heads * s.head_dim + 4.0 * s.attn_tokens * s.heads / dtype_bytes
         )
-    return dtype_bytes * (linear_input_elems + 4 * s.res_elems + attention + s.act_elems)
+    # unfused: stored softmax output, dropout output and mask, plus the scores and their
+    # gradient alive while one layer runs
+    scores = 0.0 if s.flash_attention else s.score_elems * (4.0 * dtype_bytes + 1.0)
+    return dtype_bytes * (linear_input_elems + 4 * s.res_elems + attention + s.act_elems) + scores
 
 
 def largest_fitting(fits: Callable[[int], bool], limit: int = 1 << 24) -> int:

@@ -18,6 +18,7 @@ class TrainingSetup:
     microbatch_sequences: int | None = None
     activation_checkpointing: bool = True
     optimizer: str = "adam"
+    flash_attention: bool = True
 
 
 @dataclass(frozen=True)

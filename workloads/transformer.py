@@ -56,6 +56,7 @@ class BlockShape:
     act_width: int
     seq_len: int
     gated: bool
+    flash_attention: bool = True
 
     @property
     def res_elems(self) -> int:
@@ -78,6 +79,11 @@ class BlockShape:
     @property
     def attention_shape(self) -> tuple[int, int, int, int]:
         return (self.attn_tokens, self.seq_len, self.heads, self.head_dim)
+
+    @property
+    def score_elems(self) -> int:
+        """Elements of the s x s attention scores of all local heads (unfused attention)."""
+        return self.attn_tokens * self.seq_len * self.heads
 
 
 def optimizer_step(b: ProgramBuilder, params: float, optimizer: str) -> int:
@@ -152,8 +158,13 @@ class BlockEmitter(Generic[L]):
 
     # ---------------------------------------------------------------- blocks
     def attention_forward(self, layer: int) -> None:
-        """The (causal, flash) attention kernel of a block."""
+        """The attention of a block: one causal flash-attention kernel, or Megatron's unfused
+        path (QK^T batched GEMM, fused scale-mask-softmax, dropout, PV batched GEMM; the
+        full s x s scores, no causal skipping)."""
         sh = self.shape
+        if not sh.flash_attention:
+            self._unfused_attention(layer, backward=False)
+            return
         attn_bytes = self.db * sh.attn_tokens * (sh.qkv_width + sh.heads * sh.head_dim)
         self.b.compute(
             f"L{layer}.attn.fwd",
@@ -163,9 +174,31 @@ class BlockEmitter(Generic[L]):
             sh.attention_shape,
         )
 
-    def attention_backward(self, layer: int) -> None:
-        """Flash-attention backward (it recomputes the scores itself)."""
+    def _unfused_attention(self, layer: int, backward: bool) -> None:
         sh = self.shape
+        seqs = max(sh.attn_tokens // sh.seq_len, 1)
+        batch = seqs * sh.heads
+        s, d, e = sh.seq_len, sh.head_dim, sh.score_elems
+        b = self.b
+        if not backward:
+            b.gemm(f"L{layer}.attn.qk", s, s, d, self.db, batch)
+            self.elementwise(f"L{layer}.attn.softmax.fwd", e, 2, 5)
+            self.elementwise(f"L{layer}.attn.dropout.fwd", e, 2.5, 2)
+            b.gemm(f"L{layer}.attn.pv", s, d, s, self.db, batch)
+            return
+        b.gemm(f"L{layer}.attn.dv", s, d, s, self.db, batch)
+        b.gemm(f"L{layer}.attn.dp", s, s, d, self.db, batch)
+        self.elementwise(f"L{layer}.attn.dropout.bwd", e, 2.5, 2)
+        self.elementwise(f"L{layer}.attn.softmax.bwd", e, 3, 5)
+        b.gemm(f"L{layer}.attn.dq", s, d, s, self.db, batch)
+        b.gemm(f"L{layer}.attn.dk", s, d, s, self.db, batch)
+
+    def attention_backward(self, layer: int) -> None:
+        """Flash-attention backward (it recomputes the scores itself), or the unfused path."""
+        sh = self.shape
+        if not sh.flash_attention:
+            self._unfused_attention(layer, backward=True)
+            return
         self.b.compute(
             f"L{layer}.attn.bwd",
             C.ATTENTION,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from workloads.axonn.layers import block_layouts, logits_layout
 from workloads.axonn.params import Grid
-from workloads.memory import RUNTIME_RESERVE_BYTES, MemoryBreakdown
+from workloads.memory import LOGIT_BYTES_PER_ELEM_EXTRA, RUNTIME_RESERVE_BYTES, MemoryBreakdown
 from workloads.models import TransformerSpec
 
 __all__ = ["RUNTIME_RESERVE_BYTES", "MemoryBreakdown", "axonn_memory", "shard_params"]
@@ -35,10 +35,14 @@ def shard_params(spec: TransformerSpec, grid: Grid, transpose_alternate: bool = 
 
 
 def block_activation_bytes(
-    spec: TransformerSpec, grid: Grid, tokens: int, transpose_alternate: bool = True
+    spec: TransformerSpec,
+    grid: Grid,
+    tokens: int,
+    transpose_alternate: bool = True,
+    flash_attention: bool = True,
 ) -> float:
-    """Activations one block keeps for its backward, per GPU (flash attention: no s x s
-    scores are stored)."""
+    """Activations one block keeps for its backward, per GPU (flash attention stores no
+    s x s scores; the unfused path keeps the softmax output, the dropout output and mask)."""
     b = spec.dtype_bytes
     blocks = block_layouts(spec, grid, transpose_alternate)
     linear_inputs = sum(tokens * lay.k_local for lay in blocks)
@@ -50,7 +54,8 @@ def block_activation_bytes(
     gelu_input = tokens * up.n_local
     residual = 2 * tokens * h_res
     lse = 4.0 * tokens * (spec.heads // qkv.g_n) / b  # fp32 log-sum-exp per head
-    return b * (linear_inputs + layernorm_inputs + attention + gelu_input + residual + lse)
+    scores = 0.0 if flash_attention else tokens * spec.seq_len * (spec.heads // qkv.g_n) * (4.0 * b + 1.0)
+    return b * (linear_inputs + layernorm_inputs + attention + gelu_input + residual + lse) + scores
 
 
 def axonn_memory(
@@ -63,6 +68,7 @@ def axonn_memory(
     cache_weights: bool = False,
     optimizer: str = "adam",
     transpose_alternate: bool = True,
+    flash_attention: bool = True,
 ) -> MemoryBreakdown:
     """Memory per GPU for a microbatch of `microbatch_sequences` sequences per GPU."""
     b = spec.dtype_bytes
@@ -78,13 +84,13 @@ def axonn_memory(
         gathered = b * largest_gathered * (2 if oag else 1)
     full_grad = b * largest_gathered  # one layer's dW before its reduce-scatter
     tokens = microbatch_sequences * spec.seq_len
-    block_act = block_activation_bytes(spec, grid, tokens, transpose_alternate)
+    block_act = block_activation_bytes(spec, grid, tokens, transpose_alternate, flash_attention)
     h_res = spec.hidden // (grid.x if transpose_alternate else grid.y)
     if checkpointing:
         activations = spec.layers * b * tokens * h_res + block_act
     else:
         activations = spec.layers * block_act
-    logit_bytes = tokens * logits.n_local * (b + 4 + 4)  # bf16 logits, fp32 softmax and its grad
+    logit_bytes = tokens * logits.n_local * (b + LOGIT_BYTES_PER_ELEM_EXTRA)
     optimizer_bytes = (12.0 if optimizer == "adam" else 4.0) * params
     return MemoryBreakdown(
         weights=b * params,

@@ -45,6 +45,7 @@ class AxonnSetup:
     checkpointing: bool = True
     transpose_alternate: bool = True
     optimizer: str = "adam"
+    flash_attention: bool = True
 
 
 class _Writer(BlockEmitter[LinearLayout]):
@@ -67,6 +68,7 @@ class _Writer(BlockEmitter[LinearLayout]):
             act_width=up.n_local,
             seq_len=spec.seq_len,
             gated=spec.gated_mlp,
+            flash_attention=setup.flash_attention,
         )
         super().__init__(
             spec,

@@ -50,6 +50,7 @@ def memory_for(
         cache_weights=params.cache_weights,
         optimizer=training.optimizer,
         transpose_alternate=params.transpose_alternate,
+        flash_attention=training.flash_attention,
     )
 
 
@@ -125,6 +126,7 @@ def build_axonn_workload(
         checkpointing=training.activation_checkpointing,
         transpose_alternate=params.transpose_alternate,
         optimizer=training.optimizer,
+        flash_attention=training.flash_attention,
     )
     program = build_axonn_program(spec, setup)
     world = grid.size

@@ -45,7 +45,7 @@ from workloads.models import TransformerSpec
 
 def _block_activations(spec: TransformerSpec, setup: HybridSetup, tokens: int) -> float:
     sp = setup.sequence_parallel and setup.tp > 1
-    shape = block_shape(spec, setup.tp, sp, tokens)
+    shape = block_shape(spec, setup.tp, sp, tokens, setup.flash_attention)
     lin = block_linears(spec, setup.tp)
     column_input = tokens // setup.tp if sp else tokens  # SP stores the split input
     inputs = sum(column_input * lay.k if lay.column else tokens * lay.k_local for lay in lin)

@@ -56,7 +56,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
         super().__init__(
             spec,
             StreamBuilder(f"{setup.strategy}-stage{stage}"),
-            block_shape(spec, setup.tp, sp, self.M),
+            block_shape(spec, setup.tp, sp, self.M, setup.flash_attention),
             block_linears(spec, setup.tp),
             logits_linear(spec, setup.tp),
             checkpointing=setup.recompute == "full",

@@ -75,6 +75,7 @@ class HybridSetup:
     overlap_param_gather: bool = True
     grad_reduce_bytes: int = 4
     optimizer: str = "adam"
+    flash_attention: bool = True
     gpus_per_node: int = 8
 
     @property
@@ -160,7 +161,9 @@ def block_small_params(spec: TransformerSpec, tp: int) -> int:
     return sum(lay.bias_elems for lay in block_linears(spec, tp)) + 4 * spec.hidden
 
 
-def block_shape(spec: TransformerSpec, tp: int, sequence_parallel: bool, tokens: int) -> BlockShape:
+def block_shape(
+    spec: TransformerSpec, tp: int, sequence_parallel: bool, tokens: int, flash_attention: bool = True
+) -> BlockShape:
     """Per-GPU kernel sizes of a block for `tokens` tokens per microbatch."""
     lin = block_linears(spec, tp)
     return BlockShape(
@@ -174,6 +177,7 @@ def block_shape(spec: TransformerSpec, tp: int, sequence_parallel: bool, tokens:
         act_width=lin[2].n_local,
         seq_len=spec.seq_len,
         gated=spec.gated_mlp,
+        flash_attention=flash_attention,
     )
 
 

@@ -40,7 +40,7 @@ def optimus_memory(spec: TransformerSpec, setup: OptimusSetup) -> MemoryBreakdow
     largest = max([*lin, lg], key=lambda s: mq * s.k_block + s.weight_elems)
     buffers = db * (mq * largest.k_block + largest.weight_elems)
     buffers *= 2 if setup.prefetch_broadcasts else 1
-    shape = optimus_shape(spec, q, tokens)
+    shape = optimus_shape(spec, q, tokens, setup.flash_attention)
     block_act = block_activation_bytes(shape, sum(mq * s.k_block for s in lin), db)
     if setup.checkpointing:
         activations = spec.layers * db * shape.res_elems + block_act

@@ -48,6 +48,7 @@ class OptimusSetup:
     checkpointing: bool = True
     prefetch_broadcasts: bool = False
     optimizer: str = "adam"
+    flash_attention: bool = True
     bucket_elems: int = 40_000_000
 
     @property
@@ -87,7 +88,7 @@ def summa_logits(spec: TransformerSpec, q: int) -> SummaLinear:
     return SummaLinear("logits", spec.hidden, spec.vocab, q)
 
 
-def optimus_shape(spec: TransformerSpec, q: int, tokens: int) -> BlockShape:
+def optimus_shape(spec: TransformerSpec, q: int, tokens: int, flash_attention: bool = True) -> BlockShape:
     """Per-GPU kernel sizes: every activation is a (tokens/q) x (features/q) block."""
     return BlockShape(
         res_tokens=tokens // q,
@@ -100,6 +101,7 @@ def optimus_shape(spec: TransformerSpec, q: int, tokens: int) -> BlockShape:
         act_width=spec.mlp_up_out // q,
         seq_len=spec.seq_len,
         gated=spec.gated_mlp,
+        flash_attention=flash_attention,
     )
 
 
@@ -126,7 +128,7 @@ class _Writer(BlockEmitter[SummaLinear]):
         super().__init__(
             spec,
             ProgramBuilder("optimus"),
-            optimus_shape(spec, q, self.M),
+            optimus_shape(spec, q, self.M, setup.flash_attention),
             summa_linears(spec, q),
             summa_logits(spec, q),
             checkpointing=setup.checkpointing,

@@ -79,6 +79,7 @@ def optimus_setup(
         checkpointing=training.activation_checkpointing,
         prefetch_broadcasts=params.prefetch_broadcasts,
         optimizer=training.optimizer,
+        flash_attention=training.flash_attention,
         bucket_elems=max(40_000_000, 1_000_000 * data),
     )
 
