@@ -1,5 +1,6 @@
 """Writing a simulation's outputs: report.json, config.resolved.yaml, timeline.csv,
-links.csv and a Chrome/Perfetto trace.
+links.csv, a Chrome/Perfetto trace and per-rank Kineto traces (kineto/rank-<r>.json, for
+Holistic Trace Analysis; simulator/export_kineto.py).
 
 The trace (`trace.json`) is Chrome trace-event JSON in the shape the PyTorch profiler
 writes (Kineto): one process per GPU (pid = rank), one thread per stream (tid), complete
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.api import Result
+from simulator.export_kineto import write_kineto_traces
 from simulator.timeline import COMM_KINDS, RankTimeline
 
 NCCL_NAMES = {
@@ -94,6 +96,12 @@ def write_outputs(
             out / "trace.json", [result.engine.timeline.rank(r) for r in ranks], result
         ),
     ]
+    paths += write_kineto_traces(
+        out / "kineto",
+        [result.engine.timeline.rank(r) for r in ranks],
+        result.engine.timeline.world_size,
+        result.report.gpu,
+    )
     return paths
 
 

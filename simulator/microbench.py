@@ -2,7 +2,9 @@
 
 A sweep runs one collective per message size through the full engine and network model,
 on every instance of a strided group that tiles the machine (the concurrent setting of a
-real parallel job) or on one instance alone. Bus bandwidth follows nccl-tests' convention
+real parallel job) or on one instance alone. `per_node` places a group as K GPUs on each
+of group/K consecutive nodes (benchmark layouts such as Vidur's (workers, devices per
+node) = (16, 8) or (2, 1)). Bus bandwidth follows nccl-tests' convention
 (all-reduce 2(p-1)/p, all-gather / reduce-scatter / all-to-all (p-1)/p, others 1).
 """
 
@@ -74,6 +76,31 @@ def strided_instances(num_gpus: int, group: int, stride: int, instances: str) ->
     return strided_groups(num_gpus, group, stride)
 
 
+def per_node_instances(
+    num_gpus: int, gpus_per_node: int, group: int, per_node: int, instances: str
+) -> np.ndarray:
+    """Member table: `per_node` GPUs on each of group/per_node consecutive nodes."""
+    if per_node < 1 or group % per_node:
+        raise ConfigError(f"--per-node {per_node} must divide --group {group}")
+    if per_node > gpus_per_node:
+        raise ConfigError(f"--per-node {per_node} exceeds the {gpus_per_node} GPUs of a node")
+    span = group // per_node  # nodes per instance
+    nodes = num_gpus // gpus_per_node
+    if span > nodes:
+        raise ConfigError(
+            f"--group {group} with --per-node {per_node} needs {span} nodes; the topology has {nodes}"
+        )
+    slots = gpus_per_node // per_node
+    rows = []
+    for block in range(nodes // span if instances == "all" else 1):
+        for chunk in range(slots if instances == "all" else 1):
+            rows.append(
+                [(block * span + i) * gpus_per_node + chunk * per_node + j
+                 for i in range(span) for j in range(per_node)]
+            )  # fmt: skip
+    return np.asarray(rows, dtype=np.int64)
+
+
 def _graph(
     kind: CollectiveKind, members: np.ndarray, nbytes: float, algorithm: str | None, world: int
 ) -> OpGraph:
@@ -113,15 +140,24 @@ def collective_sweep(
     params: NetworkParams | None = None,
     instances: str = "all",
     calibration: Calibration | None = None,
+    per_node: int | None = None,
 ) -> list[CollectiveResult]:
-    """Time one collective per size; one engine run per size, pricing caches shared."""
+    """Time one collective per size; one engine run per size, pricing caches shared.
+
+    `per_node` (instead of the stride) places each group as that many GPUs per node."""
     try:
         kind = CollectiveKind(op)
     except ValueError:
         raise ConfigError(f"--op '{op}' unknown (use one of {', '.join(OPS)})") from None
     if instances not in ("all", "one"):
         raise ConfigError(f"--instances must be 'all' or 'one', got '{instances}'")
-    members = strided_instances(topology.num_gpus, group, stride, instances)
+    members = (
+        strided_instances(topology.num_gpus, group, stride, instances)
+        if per_node is None
+        else per_node_instances(
+            topology.num_gpus, topology.gpus_per_node, group, per_node, instances
+        )
+    )
     pricer = CollectivePricer(
         topology,
         params if params is not None else default_network_params(),

@@ -12,6 +12,10 @@ import click
 
 def register(app: click.Group) -> None:
     """Add every validation command to the axsim group."""
+    from validation.commands.calibrate import register as register_calibrate
+    from validation.commands.compare import register as register_compare
     from validation.torch4d.command import register as register_trace_torch
 
     register_trace_torch(app)
+    register_calibrate(app)
+    register_compare(app)

@@ -27,6 +27,12 @@ def register(app: click.Group) -> None:
         help="Stride between group members (GPU index).",
     )
     @click.option(
+        "--per-node",
+        type=int,
+        default=None,
+        help="Place each group as K GPUs on each of group/K nodes (instead of --placement).",
+    )
+    @click.option(
         "--bytes",
         "size",
         default="1K:1G",
@@ -62,6 +68,7 @@ def register(app: click.Group) -> None:
         op: str,
         group: int,
         placement: int,
+        per_node: int | None,
         size: str,
         factor: float,
         algorithm: str,
@@ -86,7 +93,9 @@ def register(app: click.Group) -> None:
             from simulator.cost.calibration import load_calibration
 
             cal = load_calibration(calibration)
-        rows = collective_sweep(topo, op, group, placement, sizes, algorithm, network, params, instances, cal)
+        rows = collective_sweep(
+            topo, op, group, placement, sizes, algorithm, network, params, instances, cal, per_node
+        )
         if as_json:
             click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
             return
@@ -94,7 +103,9 @@ def register(app: click.Group) -> None:
         from rich.table import Table
 
         table = Table(
-            title=f"{op} on {topo.name}: group {group}, stride {placement}, {rows[0].instances} instance(s), {network}"
+            title=f"{op} on {topo.name}: group {group}, "
+            + (f"{per_node} per node" if per_node else f"stride {placement}")
+            + f", {rows[0].instances} instance(s), {network}"
         )
         for col in ("size", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"):
             table.add_column(col, justify="right")

@@ -9,7 +9,11 @@ GPU type (keys of topologies/data/gpus.yaml):
 - `collectives`: per (collective, link tier, optional group size) piecewise alpha-beta
   segments (min_bytes, max_bytes, alpha_s, beta_s_per_byte) and/or (bytes, busbw_Bps)
   points, for the network model;
-- `overlap_slowdown`: the factor by which compute stretches while communication runs.
+- `overlap_slowdown`: the factor by which compute stretches while communication runs;
+- `rates` (optional): fitted rates and overheads that replace the spec-derived constants
+  of the kernel model (GEMM rate for shapes off the table, memory bandwidth, attention
+  rate, per-op launch and host issue overheads). A CPU host has no meaningful GEMM
+  efficiency curve, so there the fitted rate prices every GEMM the table does not cover.
 
 GEMM lookup rules (`GemmIndex.match`); batch and dtype_bytes must match exactly:
 - an exact (m, n, k) point gives its measured time;
@@ -194,6 +198,27 @@ class CollectiveTable(BaseModel):
         return float(np.exp(np.interp(math.log(max(nbytes, 1e-300)), xs, ys)))
 
 
+class KernelRates(BaseModel):
+    """Fitted rates and overheads; each one set replaces the kernel model's own constant.
+
+    `gemm_flops_per_s` (+ `gemm_overhead_s`) replaces the efficiency curve for GEMMs off
+    the table: time = max(FLOPs / rate, bytes / memory bandwidth) + overhead.
+    `attention_flops_per_s` prices attention FLOPs (forward and backward alike);
+    `memory_bandwidth_Bps` the memory-bound kinds; `min_kernel_s` their fixed time;
+    `launch_overhead_s` is added to every op; `issue_*_s` are host dispatch costs.
+    """
+
+    model_config = Frozen
+    gemm_flops_per_s: float | None = Field(default=None, gt=0)
+    gemm_overhead_s: float | None = Field(default=None, ge=0)
+    attention_flops_per_s: float | None = Field(default=None, gt=0)
+    memory_bandwidth_Bps: float | None = Field(default=None, gt=0)
+    min_kernel_s: float | None = Field(default=None, ge=0)
+    launch_overhead_s: float | None = Field(default=None, ge=0)
+    issue_compute_s: float | None = Field(default=None, ge=0)
+    issue_collective_s: float | None = Field(default=None, ge=0)
+
+
 class GpuCalibration(BaseModel):
     """Everything calibrated for one GPU type."""
 
@@ -201,6 +226,7 @@ class GpuCalibration(BaseModel):
     gemm: GemmTable | None = None
     collectives: tuple[CollectiveTable, ...] = ()
     overlap_slowdown: float | None = Field(default=None, gt=0)
+    rates: KernelRates | None = None
 
     @field_validator("collectives")
     @classmethod

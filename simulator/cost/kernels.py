@@ -19,6 +19,11 @@ Pricing (constants in data/kernel_defaults.yaml, documented there with their sou
   max(FLOPs / (vector_peak_fraction · peak), bytes / B) + min kernel time.
 - every op: + launch overhead (the gap between back-to-back kernels on a stream).
 
+Fitted rates (`GpuCalibration.rates`, optional) replace these constants one by one: a
+GEMM rate (+ overhead) replaces P·s_dtype·eff for GEMMs off the table (a CPU host has no
+meaningful efficiency curve), a memory bandwidth replaces B, an attention rate replaces
+P·f, and the fixed, launch and host-issue times replace their defaults.
+
 `kernel_time_s` is what a profiler reports as the kernel duration; `duration_s` adds the
 launch overhead and is what the engine uses. Results are cached per distinct op.
 """
@@ -32,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from simulator.cost.calibration import Calibration, GemmIndex
+from simulator.cost.calibration import Calibration, GemmIndex, KernelRates
 from simulator.cost.gemm import gemm_efficiency
 from simulator.cost.kernel_params import KernelParams, kernel_params
 from simulator.errors import CostModelError
@@ -49,6 +54,11 @@ def _op_key(op: ComputeOp) -> OpKey:
     """What determines an op's duration (the cache key)."""
     bwd = op.kind is ComputeKind.ATTENTION and op.phase == "bwd"
     return (op.kind, tuple(op.shape), float(op.flops), float(op.bytes), int(op.dtype_bytes), bwd)
+
+
+def _fitted(value: float | None, default: float) -> float:
+    """A calibrated rate or overhead when the calibration has it, else the default."""
+    return default if value is None else value
 
 
 def _valid_amounts(op: ComputeOp) -> bool:
@@ -91,6 +101,7 @@ class KernelModel:
         gcal = calibration.for_gpu(self.spec.name) if calibration is not None else None
         table = gcal.gemm if gcal is not None else None
         self._gemm_index = GemmIndex(table) if table is not None and table.points else None
+        self.rates = gcal.rates if gcal is not None and gcal.rates else KernelRates()
         self._cache: dict[OpKey, float] = {}
 
     # ----------------------------------------------------------------- rates
@@ -102,20 +113,32 @@ class KernelModel:
 
     @property
     def hbm_Bps(self) -> float:
-        """Achievable HBM bandwidth (bytes/s) of streaming kernels."""
-        return self.params.hbm_efficiency * self.spec.hbm_bandwidth_Bps
+        """Achievable HBM bandwidth (bytes/s) of streaming kernels (fitted, else spec)."""
+        spec = self.params.hbm_efficiency * self.spec.hbm_bandwidth_Bps
+        return _fitted(self.rates.memory_bandwidth_Bps, spec)
 
     @property
     def launch_overhead_s(self) -> float:
         """Gap between back-to-back kernels on one stream, added to every op."""
-        return self.params.launch_overhead_s
+        return _fitted(self.rates.launch_overhead_s, self.params.launch_overhead_s)
+
+    @property
+    def gemm_fixed_s(self) -> float:
+        """Fixed time of a GEMM kernel (the fitted overhead with a fitted GEMM rate)."""
+        return _fitted(self.rates.gemm_overhead_s, self.params.gemm_fixed_s)
+
+    @property
+    def min_kernel_s(self) -> float:
+        """Fixed time of a memory-bound kernel."""
+        return _fitted(self.rates.min_kernel_s, self.params.min_kernel_s)
 
     def issue_s(self, op: Op) -> float:
         """Host time to dispatch an op (eager PyTorch: dispatcher, autograd, launch; for
         collectives also ProcessGroupNCCL's work and stream-sync bookkeeping)."""
+        r, p = self.rates, self.params
         if isinstance(op, ComputeOp):
-            return self.params.cpu_issue_compute_s
-        return self.params.cpu_issue_collective_s
+            return _fitted(r.issue_compute_s, p.cpu_issue_compute_s)
+        return _fitted(r.issue_collective_s, p.cpu_issue_collective_s)
 
     @property
     def overlap_slowdown(self) -> float:
@@ -169,16 +192,18 @@ class KernelModel:
         """
         f = 2.0 * m * n * k * batch if flops is None else flops
         b = dtype_bytes * (m * k + k * n + m * n) * batch if nbytes is None else nbytes
-        eff = self.gemm_efficiency(m, n, k, batch)
-        compute = f / (self.peak_for_dtype(dtype_bytes) * eff) if f > 0 else 0.0
-        return max(compute, b / self.hbm_Bps) + self.params.gemm_fixed_s
+        rate = self.rates.gemm_flops_per_s
+        if rate is None:
+            rate = self.peak_for_dtype(dtype_bytes) * self.gemm_efficiency(m, n, k, batch)
+        compute = f / rate if f > 0 else 0.0
+        return max(compute, b / self.hbm_Bps) + self.gemm_fixed_s
 
     def _gemm_kernel_s(self, op: ComputeOp) -> float:
         """A GEMM: the calibration table where it applies, else the curve."""
         dims = _gemm_dims(op)
         if dims is None:
-            compute = op.flops / self.peak_for_dtype(op.dtype_bytes)
-            return max(compute, op.bytes / self.hbm_Bps) + self.params.gemm_fixed_s
+            rate = self.rates.gemm_flops_per_s or self.peak_for_dtype(op.dtype_bytes)
+            return max(op.flops / rate, op.bytes / self.hbm_Bps) + self.gemm_fixed_s
         m, n, k, b = dims
         curve = self.gemm_curve_time_s(m, n, k, b, op.dtype_bytes, op.flops, op.bytes)
         match = self._gemm_index.match(m, n, k, b, op.dtype_bytes) if self._gemm_index else None
@@ -198,14 +223,15 @@ class KernelModel:
     # ----------------------------------------------------------------- other kinds
     def _attention_kernel_s(self, op: ComputeOp) -> float:
         p = self.params
-        frac = p.attention_bwd_fraction if op.phase == "bwd" else p.attention_fwd_fraction
-        compute = op.flops / (self.peak_for_dtype(op.dtype_bytes) * frac)
-        return max(compute, op.bytes / self.hbm_Bps) + p.gemm_fixed_s
+        rate = self.rates.attention_flops_per_s
+        if rate is None:
+            frac = p.attention_bwd_fraction if op.phase == "bwd" else p.attention_fwd_fraction
+            rate = self.peak_for_dtype(op.dtype_bytes) * frac
+        return max(op.flops / rate, op.bytes / self.hbm_Bps) + self.gemm_fixed_s
 
     def _memory_bound_kernel_s(self, op: ComputeOp) -> float:
-        p = self.params
-        compute = op.flops / (p.vector_peak_fraction * self.spec.peak_flops)
-        return max(compute, op.bytes / self.hbm_Bps) + p.min_kernel_s
+        compute = op.flops / (self.params.vector_peak_fraction * self.spec.peak_flops)
+        return max(compute, op.bytes / self.hbm_Bps) + self.min_kernel_s
 
     # ----------------------------------------------------------------- public API
     def kernel_time_s(self, op: ComputeOp) -> float:
@@ -228,7 +254,7 @@ class KernelModel:
         key = _op_key(op)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self.kernel_time_s(op) + self.params.launch_overhead_s
+            hit = self.kernel_time_s(op) + self.launch_overhead_s
             self._cache[key] = hit
         return hit
 
@@ -272,12 +298,16 @@ class KernelModel:
         dims = np.array([_gemm_dims(op) for op in ops], dtype=np.float64)
         flops = np.array([op.flops for op in ops], dtype=np.float64)
         nbytes = np.array([op.bytes for op in ops], dtype=np.float64)
-        peak = np.array([self.peak_for_dtype(op.dtype_bytes) for op in ops], dtype=np.float64)
-        eff = self._efficiency(dims[:, 0], dims[:, 1], dims[:, 2], dims[:, 3])
+        fitted = self.rates.gemm_flops_per_s
+        if fitted is not None:
+            rate = np.full(len(ops), fitted)
+        else:
+            peak = np.array([self.peak_for_dtype(op.dtype_bytes) for op in ops], dtype=np.float64)
+            rate = peak * self._efficiency(dims[:, 0], dims[:, 1], dims[:, 2], dims[:, 3])
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(flops > 0, flops / (peak * eff), 0.0)
-        t = np.maximum(compute, nbytes / self.hbm_Bps) + self.params.gemm_fixed_s
-        t += self.params.launch_overhead_s
+            compute = np.where(flops > 0, flops / rate, 0.0)
+        t = np.maximum(compute, nbytes / self.hbm_Bps) + self.gemm_fixed_s
+        t += self.launch_overhead_s
         for key, value in zip(keys, t.tolist(), strict=True):
             self._cache[key] = value
 

@@ -1,0 +1,284 @@
+"""The calibrator: profiler traces and collective benchmarks in, a calibration file out.
+
+`calibrate(inputs) -> Calibration` (and `axsim calibrate INPUT... -o FILE`) fits, per GPU
+type of the catalogue:
+
+- GEMM tables: per shape (m, n, k, batch, dtype bytes) the median kernel time and its
+  sample count (validation.calibrate_kernels);
+- collective tables per (collective, link tier, group size): piecewise alpha-beta lines
+  over the message size, every measured size within `tolerance` of its line, plus a
+  size-agnostic bus-bandwidth table for unmeasured group sizes (validation.calibrate_comm);
+- the compute slowdown under overlapping communication, when the traces show enough
+  same-shape GEMMs with and without it;
+- for a CPU host (no GEMM efficiency curve): the effective GEMM rate, the memory-bound
+  rate and fixed time, the attention rate, and, when the traced program is known (a
+  torch4d run.json beside the traces), the per-op launch overhead that closes the step's
+  time budget (validation.calibrate_host).
+
+Inputs are Kineto trace files or directories (one directory = one run; plain or gzipped
+JSON; a torch4d `run.json` in it is used), and Vidur collective benchmark CSVs (detected
+by their `time_stats.` header). Provenance records every input with its SHA-256, sample
+counts and residuals. Bad input raises TraceError / CalibrationError naming the file (and
+rank); nothing usable at all is an error too, never an empty file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from simulator.cost.calibration import (
+    Calibration,
+    CollectiveTable,
+    GemmTable,
+    GpuCalibration,
+    KernelRates,
+    Provenance,
+    TraceRef,
+    save_calibration,
+)
+from validation.calibrate_comm import (
+    CalibrationError,
+    Sweep,
+    build_tables,
+    gloo_host_overhead,
+    is_vidur_csv,
+    merge_sweeps,
+    read_vidur_csv,
+    trace_sweeps,
+)
+from validation.calibrate_fit import DEFAULT_TOLERANCE
+from validation.calibrate_host import (
+    HostStats,
+    closure_overhead,
+    fit_attention_rate,
+    fit_memory,
+    host_stats,
+)
+from validation.calibrate_kernels import (
+    GemmKey,
+    Statistic,
+    fit_gemm_rate,
+    fit_overlap_slowdown,
+    gemm_samples,
+    gemm_table,
+    resolve_statistic,
+)
+from validation.measured import MeasuredRun, iteration_time_s, load_run
+from validation.simulate_run import simulate_torch4d
+from validation.torch4d.config import RunSpec
+from validation.trace.model import ParsedTrace
+
+__all__ = [
+    "CalibrationError",
+    "CalibrationInputs",
+    "calibrate",
+    "collect_inputs",
+    "write_calibration",
+]
+TRACE_SUFFIXES = (".json", ".gz")
+
+
+@dataclass
+class CalibrationInputs:
+    """Trace runs (files, run.json) and benchmark CSVs named on the command line."""
+
+    runs: list[tuple[list[Path], Path | None]] = field(default_factory=list)
+    benchmarks: list[Path] = field(default_factory=list)
+
+
+def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
+    """Sort inputs into runs (by directory) and benchmark CSVs; CalibrationError if none."""
+    by_dir: dict[Path, list[Path]] = defaultdict(list)
+    run_json: dict[Path, Path] = {}
+    out = CalibrationInputs()
+    for item in paths:
+        p = Path(item)
+        if not p.exists():
+            raise CalibrationError(f"{p}: no such file or directory")
+        files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            if f.name == "run.json":
+                run_json[f.parent] = f
+            elif f.suffix == ".csv":
+                if not is_vidur_csv(f):
+                    raise CalibrationError(
+                        f"{f}: not a Vidur collective benchmark CSV (no time_stats. columns)"
+                    )
+                out.benchmarks.append(f)
+            elif f.name.endswith(TRACE_SUFFIXES):
+                by_dir[f.parent].append(f)
+            elif not p.is_dir():
+                raise CalibrationError(
+                    f"{f}: neither a trace (.json, .json.gz) nor a benchmark CSV"
+                )
+    out.runs = [(files, run_json.get(d)) for d, files in sorted(by_dir.items())]
+    if not out.runs and not out.benchmarks:
+        raise CalibrationError(
+            f"{', '.join(map(str, paths)) or '(no input)'}: no traces or benchmark CSVs found"
+        )
+    return out
+
+
+@dataclass
+class _GpuEvidence:
+    gemm: dict[GemmKey, list[float]] = field(default_factory=lambda: defaultdict(list))
+    traces: list[ParsedTrace] = field(default_factory=list)
+    host: list[HostStats] = field(default_factory=list)
+    runs: list[MeasuredRun] = field(default_factory=list)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _host_rates(
+    ev: _GpuEvidence, gemm: GemmTable | None, tables: list[CollectiveTable], notes: dict[str, Any]
+) -> KernelRates:
+    """Fitted CPU rates (see calibrate_host); the per-op overhead needs a known program."""
+    rate = fit_gemm_rate(gemm) if gemm is not None else None
+    mem = fit_memory(ev.host)
+    attn = fit_attention_rate(ev.host, rate.overhead_s if rate else 0.0)
+    rates = KernelRates(
+        gemm_flops_per_s=rate.flops_per_s if rate else None,
+        gemm_overhead_s=rate.overhead_s if rate else None,
+        attention_flops_per_s=attn,
+        memory_bandwidth_Bps=mem.bandwidth_Bps if mem else None,
+        min_kernel_s=mem.fixed_s if mem else None,
+        issue_compute_s=0.0,
+        issue_collective_s=0.0,
+    )
+    notes["gemm_rate"] = rate.__dict__ if rate else "fewer than 2 GEMM shapes"
+    notes["memory_bound"] = mem.__dict__ if mem else "fewer than 2 memory-bound op shapes"
+    fits: list[dict[str, Any]] = []
+    per_op: list[float] = []
+    for run in ev.runs:
+        measured = iteration_time_s(run)
+        if run.spec is None or measured is None:
+            continue
+        spec = run.spec
+
+        def simulated(overhead: float, spec: RunSpec = spec) -> float:
+            r = rates.model_copy(update={"launch_overhead_s": overhead})
+            g = GpuCalibration(gemm=gemm, collectives=tuple(tables), rates=r)
+            return simulate_torch4d(spec, Calibration(gpus={"cpu": g})).iteration_s
+
+        o, t0 = closure_overhead(measured, simulated)
+        per_op.append(o)
+        fits.append({"run": run.label, "measured_s": measured, "simulated_without_s": t0,
+                     "per_op_s": o})  # fmt: skip
+    if not fits:
+        notes["launch_overhead"] = "not fitted: needs the traced program (a torch4d run.json)"
+        return rates
+    overhead = statistics.median(per_op)
+    notes["launch_overhead"] = {
+        "per_op_s": overhead, "runs": fits,
+        "method": "the per-op overhead that makes the simulated traced program take the "
+        "measured step time (median over runs)",
+    }  # fmt: skip
+    return rates.model_copy(update={"launch_overhead_s": overhead})
+
+
+def _gpu_calibration(
+    gpu: str, ev: _GpuEvidence, tables: list[Any], statistic: Statistic, notes: dict[str, Any]
+) -> GpuCalibration:
+    stat = resolve_statistic(statistic, gpu)
+    gemm = gemm_table(ev.gemm, stat) if ev.gemm else None
+    notes["gemm"] = {
+        "shapes": len(ev.gemm), "samples": sum(len(v) for v in ev.gemm.values()),
+        "statistic": stat,
+    }  # fmt: skip
+    overlap = fit_overlap_slowdown(ev.traces) if ev.traces else None
+    notes["overlap_slowdown"] = overlap.note if overlap else "no traces"
+    rates = _host_rates(ev, gemm, tables, notes) if gpu == "cpu" and ev.host else None
+    return GpuCalibration(
+        gemm=gemm,
+        collectives=tuple(tables),
+        overlap_slowdown=overlap.slowdown if overlap else None,
+        rates=rates,
+    )
+
+
+def calibrate(
+    paths: Sequence[str | Path],
+    *,
+    gpu: str | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    statistic: Statistic = "auto",
+    gpus_per_node: int | None = None,
+    host_terms: bool = True,
+) -> Calibration:
+    """Fit a Calibration from traces and benchmark CSVs (see module doc); `host_terms`
+    adds the host overhead and arrival jitter of gloo runs to their collective tables."""
+    inputs = collect_inputs(paths)
+    sweeps: list[Sweep] = []
+    evidence: dict[str, _GpuEvidence] = defaultdict(_GpuEvidence)
+    refs: list[TraceRef] = []
+    for csv_path in inputs.benchmarks:
+        found = read_vidur_csv(csv_path, gpu)
+        sweeps += found
+        samples = sum(len(s.sizes) for s in found)
+        refs.append(TraceRef(path=str(csv_path), sha256=_sha256(csv_path), samples=samples))
+    for files, run_json in inputs.runs:
+        run = load_run(files, run_json, gpu)
+        ev = evidence[run.gpu]
+        ev.runs.append(run)
+        ev.traces += list(run.traces.values())
+        for key, values in gemm_samples(run.traces.values()).items():
+            ev.gemm[key] += values
+        overhead, gloo = 0.0, host_terms and run.backend == "gloo"
+        if run.gpu == "cpu":
+            stats = [host_stats(t.info.path) for t in run.traces.values()]
+            ev.host += stats
+            if gloo:
+                overhead = gloo_host_overhead(run, stats)
+        sweeps += trace_sweeps(run, gpus_per_node, overhead, arrival_wait=gloo)
+        for t in run.traces.values():
+            refs.append(TraceRef.model_validate({
+                "path": t.info.path, "sha256": _sha256(Path(t.info.path)),
+                "samples": len(t.timeline), "rank": t.info.rank,
+            }))  # fmt: skip
+        if run_json is not None:
+            refs.append(TraceRef(path=str(run_json), sha256=_sha256(run_json)))
+    tables, residuals = build_tables(merge_sweeps(sweeps), tolerance, statistic)
+    notes: dict[str, Any] = {}
+    gpus: dict[str, GpuCalibration] = {}
+    for name in sorted(set(tables) | set(evidence)):
+        gpu_notes: dict[str, Any] = {}
+        cal = _gpu_calibration(name, evidence.get(name, _GpuEvidence()), tables.get(name, []),
+                               statistic, gpu_notes)  # fmt: skip
+        if cal.collectives or cal.gemm is not None:
+            gpus[name] = cal
+            notes[name] = gpu_notes
+    if not gpus:
+        raise CalibrationError(
+            f"{', '.join(map(str, paths))}: nothing usable (no collectives with sizes, no "
+            f"GEMMs with shapes)"
+        )
+    provenance = Provenance.model_validate(
+        {
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "tool": "axsim calibrate",
+            "traces": refs,
+            "residuals": {"collectives": residuals, "tolerance": tolerance, "statistic": statistic},
+            "notes": "; ".join(f"{g}: {n.get('overlap_slowdown', '')}" for g, n in notes.items()),
+            "fits": notes,
+        }
+    )
+    return Calibration(provenance=provenance, gpus=gpus)
+
+
+def write_calibration(cal: Calibration, path: str | Path) -> Path:
+    """Write the calibration (YAML, or JSON for a .json name); returns the path."""
+    save_calibration(cal, path)
+    return Path(path)
