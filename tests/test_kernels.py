@@ -81,7 +81,12 @@ def test_huge_square_gemm_approaches_flops_over_effective_peak() -> None:
 
 
 def test_effective_peak_is_empirical_when_known_else_default_fraction() -> None:
-    assert KernelModel("a100-40gb").gemm_peak_flops == pytest.approx(280e12)
+    # A100 40 GB: the fraction fitted on Vidur's A100 kernels (same silicon) wins over
+    # AxoNN's best-case 280 TFLOP/s micro-benchmark, which stays the report's reference
+    a100 = KernelModel("a100-40gb")
+    assert a100.params.fitted_gemm_peak
+    assert a100.gemm_peak_flops == pytest.approx(0.81 * 312e12)
+    assert gpu_spec("a100-40gb").empirical_gemm_flops == pytest.approx(280e12)
     assert KernelModel("gh200").gemm_peak_flops == pytest.approx(813e12)
     assert KernelModel("mi250x-gcd").gemm_peak_flops == pytest.approx(125e12)
     h100 = gpu_spec("h100")

@@ -28,13 +28,16 @@ DEFAULTS_FILE = "data/kernel_defaults.yaml"
 class KernelParams:
     """The constants of the kernel model for one GPU (SI units).
 
-    `gemm_peak_fraction` only matters when the GPU has no empirical GEMM peak. `tiles` are
+    `gemm_peak_fraction` only matters when the GPU has no empirical GEMM peak, or when
+    `fitted_gemm_peak` says the fraction was fitted on measured kernels of this silicon
+    and takes precedence. `tiles` are
     the candidate GEMM output tiles (rows, cols) the model chooses among, as cuBLAS and
     hipBLASLt heuristics roughly do; `tile_intensity_knee` sets how much less efficient
     a small tile is than the largest one (see gemm.py).
     """
 
     gemm_peak_fraction: float
+    fitted_gemm_peak: bool
     hbm_efficiency: float
     launch_overhead_s: float
     min_kernel_s: float
@@ -126,6 +129,7 @@ def _params_from_mapping(d: Mapping[str, Any], where: str) -> KernelParams:
     us = 1e-6
     scalars = {
         "gemm_peak_fraction": _positive(d, "gemm_peak_fraction", where),
+        "fitted_gemm_peak": bool(d.get("fitted_gemm_peak", False)),
         "hbm_efficiency": _positive(d, "hbm_efficiency", where),
         "launch_overhead_s": _positive(d, "launch_overhead_us", where, allow_zero=True) * us,
         "min_kernel_s": _positive(d, "min_kernel_us", where, allow_zero=True) * us,

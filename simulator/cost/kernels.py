@@ -107,9 +107,12 @@ class KernelModel:
     # ----------------------------------------------------------------- rates
     @property
     def gemm_peak_flops(self) -> float:
-        """P: the empirical GEMM peak if known, else the default fraction of the peak."""
+        """P: the empirical GEMM peak if known (unless a fraction fitted on measured kernels
+        of this silicon takes precedence), else the default fraction of the peak."""
         emp = self.spec.empirical_gemm_flops
-        return emp if emp is not None else self.params.gemm_peak_fraction * self.spec.peak_flops
+        if emp is None or self.params.fitted_gemm_peak:
+            return self.params.gemm_peak_fraction * self.spec.peak_flops
+        return emp
 
     @property
     def hbm_Bps(self) -> float:
