@@ -68,6 +68,8 @@ def symmetric_problem(graph: OpGraph) -> str | None:
     p2p_groups = {
         op.group: op.peer for p in graph.programs for op in p.ops if isinstance(op, SendOp | RecvOp)
     }
+    if (rc == rc[0]).all() and not p2p_groups:
+        return None  # one class and no send/recv: every group instance looks alike
     for name, kind in graph.groups.items():
         cls = rc[kind.members]
         sig_rows, sig_id = np.unique(cls, axis=0, return_inverse=True)
@@ -100,10 +102,14 @@ def symmetric_view(graph: OpGraph) -> RankView:
     rep_of_class = {int(rc[r]): int(r) for r in reps}
     representative = np.array([rep_of_class[int(c)] for c in rc], dtype=np.int64)
     views: dict[str, GroupView] = {}
+    single = bool((rc == rc[0]).all())
     for name, kind in graph.groups.items():
         cls = rc[kind.members]
-        sig_rows, sig_id = np.unique(cls, axis=0, return_inverse=True)
-        sig_id = sig_id.reshape(-1)
+        if single:  # one signature: skip the row-wise unique over every instance
+            sig_rows, sig_id = cls[:1], np.zeros(cls.shape[0], dtype=np.int64)
+        else:
+            sig_rows, sig_id = np.unique(cls, axis=0, return_inverse=True)
+            sig_id = sig_id.reshape(-1)
         key_of_rank = np.full(graph.world_size, -1, dtype=np.int64)
         inst = kind.instance_of
         member = inst >= 0

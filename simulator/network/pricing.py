@@ -108,6 +108,7 @@ class CollectivePricer:
         self.links_per_node = int(lpn) if lpn and self.homogeneous else 0  # 0 = no node templates
         self.gpus_per_node = int(topology.gpus_per_node)
         self._latency = np.asarray(self.latency_s, dtype=np.float64)
+        self.num_links = topology.num_links
         n_nodes = int(self.gpu_node.max()) + 1 if self.gpu_node.size else 0
         n_local = int(self.gpu_local.max()) + 1 if self.gpu_local.size else 0
         self._gpu_grid = np.full((n_nodes, n_local), -1, dtype=np.int64)
@@ -144,6 +145,8 @@ class CollectivePricer:
         and local indices share a layout)."""
         nodes = self.gpu_node[instances]
         key = np.concatenate([nodes - nodes[:, :1], self.gpu_local[instances]], axis=1)
+        if (key == key[:1]).all():  # the common case: every instance laid out alike
+            return {self.layout(instances[0]): np.arange(instances.shape[0])}
         _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
         out: dict[Layout, list[np.ndarray]] = {}
@@ -364,8 +367,9 @@ class CollectivePricer:
             src = instances[np.ix_(rows, ph.src)].ravel()
             dst = instances[np.ix_(rows, ph.dst)].ravel()
             all_links, all_w, rate, lat, inter = self._flow_links(src, dst)
-            uniq, inv = np.unique(all_links, return_inverse=True)
-            counts = np.bincount(inv, weights=all_w, minlength=uniq.shape[0])
+            dense = np.bincount(all_links, weights=all_w, minlength=self.num_links)
+            uniq = np.flatnonzero(dense)  # O(flows + links): no sort of millions of entries
+            counts = dense[uniq]
             step = self.params.step_latency_inter_s if inter else self.params.step_latency_intra_s
             shared = float((self.bandwidth_Bps[uniq] / counts).min()) if uniq.size else np.inf
             phases.append(
