@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "simulator.commands.search",
     "simulator.commands.bench",
     "simulator.commands.compare_strategies",
+    "simulator.commands.sweep",
 )
 
 

@@ -1,0 +1,98 @@
+"""Sweep executors: in-process, local processes, dask.distributed.
+
+Every executor runs `run_point` on raw config mappings (plain picklable dicts) and yields
+(point, outcome) as points finish; `run_point` never raises, so one bad point cannot stop
+a sweep. Dask is an optional dependency, imported only when a Dask executor is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+from simulator.config import validate_config
+from simulator.sweep.spec import SweepError, SweepPoint
+from simulator.sweep.store import flatten
+
+
+def run_point(data: dict[str, Any]) -> tuple[str, Any]:
+    """Simulate one raw config mapping: ('ok', flat report) or ('error', message).
+    Runs in workers; never raises for a failed point."""
+    try:
+        from simulator.api import simulate
+
+        report = simulate(validate_config(data)).report.to_json()
+        return "ok", flatten(report)
+    except Exception as e:  # a failed point is a row with its error
+        text = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
+        return "error", text[:500]
+
+
+Outcomes = Iterator[tuple[SweepPoint, tuple[str, Any]]]
+
+
+def run_inline(todo: Sequence[SweepPoint]) -> Outcomes:
+    for p in todo:
+        yield p, run_point(p.data)
+
+
+def run_processes(todo: Sequence[SweepPoint], jobs: int) -> Outcomes:
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
+        pending: dict[Future[tuple[str, Any]], SweepPoint] = {
+            pool.submit(run_point, p.data): p for p in todo
+        }
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                yield pending.pop(f), f.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def dask_client(
+    scheduler: str | None,
+    local_workers: int | None,
+    processes: bool = True,
+    timeout_s: float = 10.0,
+) -> tuple[Any, Any]:
+    """(client, cluster): a Client connected to `scheduler` (cluster None), or on a new
+    LocalCluster of `local_workers` single-threaded workers."""
+    try:
+        import logging
+
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise SweepError("dask is not installed: pip install 'axsim[dask]'") from None
+    if scheduler:
+        try:
+            return Client(scheduler, timeout=f"{timeout_s}s"), None
+        except (OSError, TimeoutError, ValueError) as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise SweepError(f"--dask-scheduler {scheduler}: cannot reach it ({msg})") from None
+    cluster = LocalCluster(
+        n_workers=local_workers,
+        threads_per_worker=1,
+        processes=processes,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
+    return Client(cluster), cluster
+
+
+def run_dask(todo: Sequence[SweepPoint], client: Any, cluster: Any = None) -> Outcomes:
+    """Submit every point to the Dask client; close the client (and its LocalCluster)."""
+    from distributed import as_completed
+
+    try:
+        futures = {
+            client.submit(run_point, p.data, key=f"axsim-sweep-{p.config_hash}", pure=False): p
+            for p in todo
+        }
+        for f in as_completed(list(futures)):
+            yield futures[f], f.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

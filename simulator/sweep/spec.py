@@ -1,0 +1,245 @@
+"""Sweep specs: parsing, axis-key checks, the cartesian product and config hashes.
+
+A spec is a mapping with `base` (the embedded default, a config path relative to the
+spec, or an inline config mapping), `set` (fixed dotted overrides) and `axes` (dotted key
+-> list of values; "a,b" names linked keys varied together). Axis keys are checked
+against the config schema up front (any strategy's parallel fields count), so a typo is
+one error before anything runs, not a column of failed rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from simulator.config import (
+    ExperimentConfig,
+    apply_overrides,
+    default_config_mapping,
+    read_yaml_mapping,
+    validate_config,
+)
+from simulator.errors import SimulatorError
+
+
+class SweepError(SimulatorError):
+    """A sweep spec or option is invalid (the CLI prints one line and exits 2)."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    """Keys varied together (one key, or linked keys) and their values (one tuple each)."""
+
+    keys: tuple[str, ...]
+    values: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated spec: the base mapping (fixed overrides applied) and the axes."""
+
+    base: dict[str, Any]
+    axes: tuple[Axis, ...]
+    source: str = "spec"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(k for a in self.axes for k in a.keys)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of the product: its axis values, raw mapping and config hash."""
+
+    values: dict[str, Any]
+    data: dict[str, Any]
+    config_hash: str
+    error: str | None = None
+
+
+# ------------------------------------------------------------------ spec
+def _submodels(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field can hold (unions, Optional, Annotated unwrapped)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated, tuple, list):
+        return [m for a in typing.get_args(annotation) for m in _submodels(a)]
+    return []
+
+
+def check_key(key: str) -> None:
+    """Raise SweepError unless `key` names a field of ExperimentConfig (any strategy's)."""
+    parts = [p for p in key.split(".") if p]
+    if len(parts) < 2:
+        raise SweepError(f"axis '{key}': name a section and a field, e.g. cluster.gpus")
+    models: list[type[BaseModel]] = [ExperimentConfig]
+    for i, part in enumerate(parts):
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
+            where = ".".join(parts[:i]) or "the config"
+            known = sorted({f for m in models for f in m.model_fields})
+            raise SweepError(
+                f"axis '{key}': unknown field '{part}' in {where} (known: {', '.join(known)})"
+            )
+        models = [m for f in fields for m in _submodels(f.annotation)]
+        if i < len(parts) - 1 and not models:
+            raise SweepError(f"axis '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
+
+
+def _base_mapping(base: Any, spec_dir: Path) -> dict[str, Any]:
+    if base is None or base == "default":
+        return default_config_mapping()
+    if isinstance(base, str):
+        path = Path(base) if Path(base).is_absolute() else spec_dir / base
+        return read_yaml_mapping(path)
+    if isinstance(base, Mapping):
+        return dict(base)
+    raise SweepError("base: give 'default', a config path or an inline config mapping")
+
+
+def _axis(name: Any, raw: Any) -> Axis:
+    keys = tuple(k.strip() for k in str(name).split(",") if k.strip())
+    for k in keys:
+        check_key(k)
+    if not isinstance(raw, list):
+        raise SweepError(f"axis '{name}': values must be a list, got {raw!r}")
+    if not raw:
+        raise SweepError(f"axis '{name}' has no values: the product is empty")
+    values = []
+    for v in raw:
+        tup = tuple(v) if len(keys) > 1 and isinstance(v, list) else (v,)
+        if len(tup) != len(keys):
+            raise SweepError(f"axis '{name}': value {v!r} must list {len(keys)} values")
+        values.append(tup)
+    return Axis(keys, tuple(values))
+
+
+def parse_spec(
+    data: Mapping[str, Any], spec_dir: Path = Path("."), source: str = "spec"
+) -> SweepSpec:
+    """Validate a spec mapping (keys: base, set, axes)."""
+    unknown = set(data) - {"base", "set", "axes"}
+    if unknown:
+        raise SweepError(f"{source}: unknown key '{sorted(unknown)[0]}' (use base, set, axes)")
+    fixed = data.get("set") or {}
+    if not isinstance(fixed, Mapping):
+        raise SweepError(f"{source}: 'set' must map dotted keys to values")
+    base = _base_mapping(data.get("base"), spec_dir)
+    for k, v in resets_first([(str(k), v) for k, v in fixed.items()]):
+        check_key(k)
+        base = set_value(base, k, v)
+    axes_raw = data.get("axes")
+    if not isinstance(axes_raw, Mapping) or not axes_raw:
+        raise SweepError(f"{source}: 'axes' must map at least one dotted key to a list of values")
+    axes = tuple(_axis(k, v) for k, v in axes_raw.items())
+    cols = [k for a in axes for k in a.keys]
+    if len(set(cols)) != len(cols):
+        raise SweepError(f"{source}: a key appears on two axes")
+    return SweepSpec(base, axes, source)
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a spec file."""
+    p = Path(path)
+    if not p.is_file():
+        raise SweepError(f"{p}: sweep spec not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise SweepError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, Mapping):
+        raise SweepError(f"{p}: the spec must be a mapping with base, set and axes")
+    return parse_spec(data, p.parent, str(p))
+
+
+# ------------------------------------------------------------------ points
+def set_value(data: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """Apply one axis value (dotted key) with the conveniences of `axsim simulate`:
+    a new strategy resets the parallel section, a GPU count replaces a node count, and a
+    number for cluster.stragglers means one straggler (rank 0) with that slowdown."""
+    out = dict(data)
+    if key == "parallel.strategy":
+        current = (out.get("parallel") or {}).get("strategy", "axonn")
+        if current != value:
+            out["parallel"] = {"strategy": value}
+    if key in ("cluster.gpus", "cluster.nodes"):
+        other = "nodes" if key == "cluster.gpus" else "gpus"
+        out = apply_overrides(out, [f"cluster.{other}=null"])
+    if key == "cluster.stragglers":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = [{"rank": 0, "slowdown": value}]
+        elif isinstance(value, Mapping):
+            value = [dict(value)]
+    return apply_overrides(out, [f"{key}={json.dumps(value)}"])
+
+
+def resets_first(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Assignments in application order: a strategy (which resets the parallel section)
+    before the parallel fields that belong to it, the rest in spec order."""
+    return sorted(items, key=lambda kv: kv[0] != "parallel.strategy")
+
+
+def config_hash(config: ExperimentConfig) -> str:
+    """Stable hash of the resolved config (defaults filled in, keys sorted)."""
+    return _digest(config.model_dump(mode="json"))
+
+
+def _digest(obj: Any) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cell(value: Any) -> Any:
+    """A table cell: scalars as they are, lists and mappings as compact JSON."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def points(spec: SweepSpec) -> list[SweepPoint]:
+    """The cartesian product in spec order; points whose config does not validate carry
+    the error (their hash is that of the raw mapping)."""
+    out = []
+    for combo in itertools.product(*(a.values for a in spec.axes)):
+        values = {
+            k: v
+            for a, tup in zip(spec.axes, combo, strict=True)
+            for k, v in zip(a.keys, tup, strict=True)
+        }
+        data = spec.base
+        error = None
+        for k, v in resets_first(list(values.items())):
+            try:
+                data = set_value(data, k, v)
+            except SimulatorError as e:
+                error = error or f"{type(e).__name__}: {e}"
+        if error is None:
+            try:
+                h = config_hash(validate_config(data, source=spec.source))
+            except SimulatorError as e:
+                error, h = f"{type(e).__name__}: {e}", _digest(data)
+        else:
+            h = _digest(data)
+        out.append(SweepPoint(values, data, h, error))
+    return out
+
+
+def make_row(point: SweepPoint, status: str, payload: Any) -> dict[str, Any]:
+    """The row of a finished point (lead columns, axes, report scalars)."""
+    row: dict[str, Any] = {"config_hash": point.config_hash, "status": status}
+    row["error"] = "" if status == "ok" else str(payload)
+    row.update({k: cell(v) for k, v in point.values.items()})
+    if status == "ok":
+        row.update({k: v for k, v in payload.items() if k not in row})
+    return row

@@ -1,0 +1,70 @@
+"""`axsim validate`: the case list covers every published number, the comparison table,
+exit codes and bad input.
+
+The end-to-end run uses `--reduced --only perlmutter-512-gpt-5b,bw-,nvswitch-,gemm-`:
+every case except the three larger Perlmutter points and the overlap case (those
+differ only in size), with the AxoNN search reduced to the analytical model's best grid.
+Whether a case passes depends on model constants still being tuned, so the test checks
+that the exit status agrees with the table, not which cases pass.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.cli import main
+from validation.published import axonn_bandwidths, axonn_perlmutter, load_yaml
+from validation.validate import Case, CaseResult, all_cases, select_cases
+
+SUBSET = "perlmutter-512-gpt-5b,bw-,nvswitch-,gemm-"
+
+
+def test_every_published_number_is_a_case() -> None:
+    names = [c.name for c in all_cases()]
+    assert len(names) == len(set(names))
+    expected = (
+        len(axonn_perlmutter())
+        + len(axonn_bandwidths())
+        + 2 * len(load_yaml("nccl_nvswitch")["rows"])
+        + 2  # Vidur GEMMs, A100 and H100
+        + 1  # overlap
+    )
+    assert len(names) == expected
+    for c in all_cases():
+        assert c.source and c.cite and c.published > 0
+    assert {c.tolerance_pct for c in select_cases("perlmutter")} == {10.0}
+
+
+def test_error_and_status() -> None:
+    case = Case("x", "q", "u", 100.0, 10.0, "c", "s", lambda r: [], lambda r: (0.0, ""))
+    assert CaseResult(case, 109.0, "").status == "ok"
+    assert CaseResult(case, 89.0, "").error_pct == pytest.approx(-11.0)
+    assert CaseResult(case, 89.0, "").status == "outside"
+    assert CaseResult(case, None, "boom").status == "failed"
+    info = Case("y", "q", "u", 53.0, None, "c", "s", lambda r: [], lambda r: (0.0, ""))
+    assert CaseResult(info, 1.0, "").status == "info"
+
+
+def test_validate_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["validate", "--reduced", "--only", SUBSET, "--json", "--jobs", "2"])
+    out = json.loads(capsys.readouterr().out)
+    cases = out["cases"]
+    assert len(cases) == len(select_cases(SUBSET))
+    for c in cases:
+        assert c["status"] in ("ok", "outside", "info"), c  # nothing failed to simulate
+        assert c["simulated"] > 0 and c["source"]
+        assert c["error_pct"] == pytest.approx(100 * (c["simulated"] / c["published"] - 1))
+    assert rc == (1 if any(c["status"] == "outside" for c in cases) else 0)
+    perl = next(c for c in cases if c["name"] == "perlmutter-512-gpt-5b")
+    assert "grid" in perl["detail"] and perl["tolerance_pct"] == 10.0
+
+
+def test_table_output_and_unknown_case(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["validate", "--only", "gemm-h100", "--jobs", "1"])
+    text = capsys.readouterr().out
+    assert "gemm-h100" in text and "published" in text and "Vidur" in text
+    assert main(["validate", "--only", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("axsim: error: --only: no case 'nope'") and "\n" not in err

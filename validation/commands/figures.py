@@ -1,0 +1,129 @@
+"""`axsim figures`: regenerate the paper figures by simulation (validation/figures)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from validation.figures.runner import Progress
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[Progress | None]:
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    with Bar(
+        TextColumn("[bold]figures"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=1)
+
+        def update(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=max(total, 1), description=label)
+
+        yield update
+
+
+def register(app: click.Group) -> None:
+    @app.command("figures")
+    @click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False),
+        default="figures",
+        show_default=True,
+        help="Directory for NAME.png, NAME.svg and NAME.md.",
+    )
+    @click.option("--only", default=None, help="Comma-separated figure (or family) names.")
+    @click.option(
+        "--reduced",
+        is_flag=True,
+        help="Small GPU counts and models: every figure in seconds (for tests).",
+    )
+    @click.option(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        help="Worker processes (default: the number of CPUs).",
+    )
+    @click.option("--list", "list_only", is_flag=True, help="List the figures and exit.")
+    @click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print one JSON object: files and key numbers per figure.",
+    )
+    @click.option(
+        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
+    )
+    def figures_cmd(
+        out_dir: str,
+        only: str | None,
+        reduced: bool,
+        jobs: int | None,
+        list_only: bool,
+        as_json: bool,
+        progress: bool,
+    ) -> None:
+        """Regenerate the paper figures by simulation (PNG, SVG and a caption each)."""
+        from simulator.errors import ConfigError
+        from validation.figures import select
+        from validation.figures.runner import build_figures
+
+        figures = select(only)
+        if list_only:
+            for f in figures:
+                click.echo(f"{f.name:26s} {f.title}")
+            return
+        if jobs is not None and jobs < 1:
+            raise ConfigError(f"--jobs must be positive, got {jobs}")
+        jobs = jobs or os.cpu_count() or 1
+        timings: dict[str, float] = {}
+        with _progress_bar(progress) as bar:
+            outputs, wall = build_figures(
+                figures, Path(out_dir), reduced=reduced, jobs=jobs, progress=bar, timings=timings
+            )
+        summary = {
+            "wall_time_s": wall,
+            "reduced": reduced,
+            "task_wall_s": dict(sorted(timings.items(), key=lambda kv: -kv[1])),
+            "figures": [
+                {
+                    "name": o.name,
+                    "files": [str(p) for p in o.files],
+                    "numbers": o.numbers,
+                    "error": o.error,
+                }
+                for o in outputs
+            ],
+        }
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        if as_json:
+            click.echo(json.dumps(summary, default=str))
+        else:
+            for o in outputs:
+                state = f"error: {o.error}" if o.error else f"{len(o.files)} files"
+                click.echo(f"{o.name:26s} {state}")
+            click.echo(f"{len(outputs)} figures in {wall:.1f} s -> {out_dir}/")
+        failed = [o.name for o in outputs if o.error]
+        if failed:
+            print(f"axsim: error: figures failed: {', '.join(failed)}", file=sys.stderr)
+            raise click.exceptions.Exit(1)

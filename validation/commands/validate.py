@@ -1,0 +1,157 @@
+"""`axsim validate`: every published number the repo holds, simulated and compared.
+
+Exit status: 0 when every case is within its tolerance, 1 when one is not (or its
+simulation failed), 2 for bad input (an unknown case name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+
+from validation.figures.runner import Progress
+from validation.validate import CaseResult
+
+STYLE = {"ok": "green", "outside": "bold red", "failed": "bold red", "info": "yellow"}
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[Progress | None]:
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    with Bar(
+        TextColumn("[bold]validate"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=1)
+
+        def update(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=max(total, 1), description=label)
+
+        yield update
+
+
+def _num(v: float | None, digits: int = 4) -> str:
+    return "-" if v is None else f"{v:.{digits}g}"
+
+
+def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
+    """The comparison table on stdout, then one line per case's detail."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(
+        title="axsim validate: published vs simulated" + (" (reduced)" if reduced else "")
+    )
+    for col in (
+        "case",
+        "quantity",
+        "published",
+        "simulated",
+        "error %",
+        "tolerance",
+        "status",
+        "source",
+    ):
+        table.add_column(
+            col,
+            justify="right"
+            if col in ("published", "simulated", "error %", "tolerance")
+            else "left",
+        )
+    for r in results:
+        c = r.case
+        err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
+        tol = "info" if c.tolerance_pct is None else f"±{c.tolerance_pct:g}%"
+        table.add_row(
+            c.name,
+            escape(c.quantity),
+            f"{_num(c.published)} {c.unit}",
+            f"{_num(r.simulated)} {c.unit}",
+            err,
+            tol,
+            f"[{STYLE[r.status]}]{r.status}[/]",
+            escape(c.cite),
+        )
+    console = Console(width=None if sys.stdout.isatty() else 160)  # pipes: no 80-column wrap
+    console.print(table)
+    for r in results:
+        console.print(f"[dim]{escape(r.case.name)}: {escape(r.detail)}[/]")
+    bad = sum(r.status in ("outside", "failed") for r in results)
+    console.print(f"{len(results)} cases, {bad} outside tolerance, in {wall:.1f} s")
+
+
+def register(app: click.Group) -> None:
+    @app.command("validate")
+    @click.option(
+        "--only", default=None, help="Comma-separated case names or prefixes (e.g. perlmutter,bw-)."
+    )
+    @click.option(
+        "--reduced",
+        is_flag=True,
+        help="Simulate only the analytical model's best grid for AxoNN cases (fast).",
+    )
+    @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
+    @click.option("--list", "list_only", is_flag=True, help="List the cases and exit.")
+    @click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON object (cases, wall time)."
+    )
+    @click.option(
+        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
+    )
+    def validate_cmd(
+        only: str | None,
+        reduced: bool,
+        jobs: int | None,
+        list_only: bool,
+        as_json: bool,
+        progress: bool,
+    ) -> None:
+        """Simulate every published number the repo holds and compare (exit 1 if any is
+        outside its tolerance)."""
+        from simulator.errors import ConfigError
+        from validation.validate import run_validation, select_cases
+
+        cases = select_cases(only)
+        if list_only:
+            for c in cases:
+                tol = "info" if c.tolerance_pct is None else f"±{c.tolerance_pct:g}%"
+                click.echo(f"{c.name:34s} {c.published:g} {c.unit} ({tol}) {c.cite}")
+            return
+        if jobs is not None and jobs < 1:
+            raise ConfigError(f"--jobs must be positive, got {jobs}")
+        with _progress_bar(progress) as bar:
+            results, wall = run_validation(
+                cases, reduced=reduced, jobs=jobs or os.cpu_count() or 1, progress=bar
+            )
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "wall_time_s": wall,
+                        "reduced": reduced,
+                        "cases": [r.as_dict() for r in results],
+                    },
+                    default=str,
+                )
+            )
+        else:
+            render(results, wall, reduced)
+        if any(r.status in ("outside", "failed") for r in results):
+            raise click.exceptions.Exit(1)

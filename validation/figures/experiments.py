@@ -1,0 +1,295 @@
+"""The simulations behind the figures and `axsim validate`, as picklable task functions.
+
+Every function takes plain JSON-able arguments and returns plain JSON-able data (report
+dicts, never Result objects), so the figure runner can execute them in worker processes
+and deduplicate identical calls across figures (the same search feeds the weak-scaling,
+overlap and Megatron figures).
+
+- `axonn_search`: `axsim search`'s procedure: every valid AxoNN grid ranked by the
+  paper's analytical model (group bandwidths measured on the topology by axsim's own
+  collective model), the top K simulated, the fastest kept.
+- `axonn_overlap`: the best grid of a search re-simulated with the overlap flags added
+  one at a time (baseline, +OAR, +ORS, +OAG).
+- `axonn_ranking` / `axonn_grid`: the analytical ranking alone, and one grid simulated.
+  Grids with an intra-node group the bandwidth probe cannot place (3 GPUs of a 4-GPU
+  node, as 6,144 GPUs allow) are ranked last instead of failing the search.
+- `strategy_best`: `axsim compare-strategies`' search for one strategy.
+- `collective_curve`: `axsim collective` (nccl-tests style) for one group;
+  `group_bandwidth`: AxoNN's bandwidth measurement (1 GiB, all instances at once).
+- `gemm_times`: the kernel model against Vidur's measured GEMMs (`axsim validate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from simulator.config import ExperimentConfig, default_config_mapping, validate_config
+from simulator.errors import ConfigError
+
+Model = str | Mapping[str, Any]
+OVERLAP_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("baseline", ()),
+    ("+OAR", ("oar",)),
+    ("+ORS", ("oar", "ors")),
+    ("+OAG", ("oar", "ors", "oag")),
+)
+
+
+def base_mapping(
+    machine: str,
+    gpus: int,
+    model: Model,
+    batch_tokens: int | None = None,
+    parallel: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The embedded default (the paper's training setup) on another machine/size/model."""
+    data = default_config_mapping()
+    data["cluster"] = {"machine": machine, "gpus": gpus}
+    data["model"] = {"name": model} if isinstance(model, str) else dict(model)
+    if batch_tokens is not None:
+        data["training"] = {**data.get("training", {}), "batch_tokens": batch_tokens}
+    if parallel is not None:
+        data["parallel"] = dict(parallel)
+    return data
+
+
+def trim(report: Mapping[str, Any]) -> dict[str, Any]:
+    """A report without its bulky per-link list."""
+    return {k: v for k, v in report.items() if k != "busiest_links"}
+
+
+def _simulate(cfg: ExperimentConfig) -> dict[str, Any]:
+    from simulator.api import simulate
+
+    return trim(simulate(cfg).report.to_json())
+
+
+def _axonn_config(
+    machine: str,
+    gpus: int,
+    model: Model,
+    batch_tokens: int | None,
+    grid: list[int] | None = None,
+    microbatch: int | None = None,
+    overlap: tuple[str, ...] | None = None,
+) -> ExperimentConfig:
+    parallel: dict[str, Any] = {"strategy": "axonn"}
+    if grid is not None:
+        parallel["grid"] = dict(zip(("x", "y", "z", "data"), grid, strict=True))
+    if overlap is not None:
+        parallel["overlap"] = list(overlap)
+    data = base_mapping(machine, gpus, model, batch_tokens, parallel)
+    if microbatch is not None:
+        data["training"] = {**data.get("training", {}), "microbatch_sequences": microbatch}
+    return validate_config(data)
+
+
+def axonn_ranking(
+    machine: str, gpus: int, model: Model, batch_tokens: int | None = None
+) -> list[dict[str, Any]]:
+    """Every valid, memory-feasible grid ranked by the analytical model (best first)."""
+    from simulator.search import bandwidth_provider, rank_grids, search_training
+    from topologies.hardware import gpu_spec
+
+    cfg = _axonn_config(machine, gpus, model, batch_tokens)
+    bw = _measurable(bandwidth_provider(cfg, "topology", cfg.cluster.gpus_per_node))
+    ranked = rank_grids(
+        cfg.model.spec(),
+        cfg.parallel,  # type: ignore[arg-type]
+        search_training(cfg),
+        gpus,
+        gpu_spec(cfg.cluster.gpu_type),
+        bw,
+    )
+    return [c.as_dict() for c in ranked]
+
+
+UNMEASURABLE_BPS = 1.0
+"""Bandwidth given to groups the topology probe cannot measure (ranks them last)."""
+
+
+def _measurable(bw: Callable[[int, int], float]) -> Callable[[int, int], float]:
+    """The topology bandwidths, except that a group the probe cannot place (a size that
+    does not tile a node, e.g. 3 GPUs of a 4-GPU node) gets UNMEASURABLE_BPS instead of
+    failing the whole ranking: such grids go to the end of the model's order."""
+
+    def beta(inner: int, own: int) -> float:
+        try:
+            return bw(inner, own)
+        except ConfigError:
+            return UNMEASURABLE_BPS
+
+    return beta
+
+
+def _grid_list(candidate: Mapping[str, Any]) -> list[int]:
+    g = candidate["grid"]
+    return [int(g[k]) for k in ("x", "y", "z", "data")]
+
+
+def axonn_grid(
+    machine: str,
+    gpus: int,
+    model: Model,
+    grid: list[int],
+    microbatch: int | None = None,
+    batch_tokens: int | None = None,
+    overlap: list[str] | None = None,
+) -> dict[str, Any]:
+    """One AxoNN grid simulated (the report)."""
+    ov = tuple(overlap) if overlap is not None else None
+    return _simulate(_axonn_config(machine, gpus, model, batch_tokens, grid, microbatch, ov))
+
+
+def axonn_search(
+    machine: str, gpus: int, model: Model, top: int = 10, batch_tokens: int | None = None
+) -> dict[str, Any]:
+    """`axsim search`: the analytical model's top `top` grids simulated; the best kept."""
+    ranked = axonn_ranking(machine, gpus, model, batch_tokens)
+    if not ranked:
+        raise ConfigError(f"no valid, memory-feasible AxoNN grid for {model} on {gpus} GPUs")
+    tried = []
+    best: dict[str, Any] | None = None
+    for cand in ranked[:top]:
+        rep = axonn_grid(
+            machine, gpus, model, _grid_list(cand), cand["microbatch_sequences"], batch_tokens
+        )
+        tried.append({**cand, "simulated_iteration_time_s": rep["iteration_time_s"]})
+        if best is None or rep["iteration_time_s"] < best["report"]["iteration_time_s"]:
+            best = {"report": rep, "candidate": cand}
+    assert best is not None
+    return {
+        "report": best["report"],
+        "grid": _grid_list(best["candidate"]),
+        "microbatch_sequences": best["candidate"]["microbatch_sequences"],
+        "model_rank": best["candidate"]["model_rank"],
+        "candidates": len(ranked),
+        "top": min(top, len(ranked)),
+        "tried": tried,
+    }
+
+
+def axonn_overlap(
+    machine: str,
+    gpus: int,
+    model: Model,
+    top: int = 10,
+    batch_tokens: int | None = None,
+    deps: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The search's best grid with the overlap flags added one at a time.
+
+    `deps` holds the matching `axonn_search` result (its best grid already has all three
+    flags, so the last step reuses its report)."""
+    found = next(iter((deps or {}).values()), None)
+    if found is None:
+        found = axonn_search(machine, gpus, model, top, batch_tokens)
+    out: dict[str, Any] = {
+        "grid": found["grid"],
+        "microbatch_sequences": found["microbatch_sequences"],
+    }
+    steps = {}
+    for label, flags in OVERLAP_STEPS:
+        if set(flags) == {"oar", "ors", "oag"}:
+            steps[label] = found["report"]
+            continue
+        steps[label] = axonn_grid(
+            machine,
+            gpus,
+            model,
+            found["grid"],
+            found["microbatch_sequences"],
+            batch_tokens,
+            list(flags),
+        )
+    out["steps"] = steps
+    return out
+
+
+def strategy_best(
+    machine: str,
+    gpus: int,
+    model: Model,
+    strategy: str,
+    batch_tokens: int | None = None,
+    max_candidates: int = 4,
+) -> dict[str, Any]:
+    """`axsim compare-strategies` for one strategy: its best configuration's report,
+    the configuration, the largest batch it fits and why it was skipped (if it was)."""
+    from simulator.strategy_search import search_strategy
+
+    base = base_mapping(machine, gpus, model, batch_tokens)
+    base["engine"] = {**base.get("engine", {}), "mode": "symmetric"}
+    o = search_strategy(strategy, base, max_candidates=max_candidates)
+    return {
+        "strategy": strategy,
+        "report": trim(o.result.report.to_json()) if o.result is not None else None,
+        "config": o.config,
+        "max_batch_sequences": o.max_batch_sequences,
+        "feasible": o.feasible,
+        "simulated": len(o.tried),
+        "note": o.note,
+    }
+
+
+def collective_curve(
+    machine: str, nodes: int, op: str, group: int, sizes: list[int], stride: int = 1
+) -> list[dict[str, Any]]:
+    """nccl-tests-style rows for one group tiling `nodes` nodes of a machine preset."""
+    from simulator.microbench import collective_sweep
+    from topologies.machines import build_machine
+
+    topo = build_machine(machine, nodes)
+    return [r.as_dict() for r in collective_sweep(topo, op, group, stride, sizes)]
+
+
+def group_bandwidth(machine: str, nodes: int, inner: int, own: int) -> dict[str, Any]:
+    """Bus bandwidth of a 1 GiB all-reduce on every group of `own` GPUs `inner` apart,
+    all instances at once (AxoNN's measurement), on `nodes` nodes."""
+    rows = collective_curve(machine, nodes, "all-reduce", own, [2**30], stride=inner)
+    return rows[0]
+
+
+def gemm_times(gpu: str) -> dict[str, float]:
+    """Measured and modelled totals over Vidur's GEMMs with >= 512 tokens."""
+    from simulator.cost import KernelModel
+    from validation.published import vidur_gemm_rows
+    from workloads.ops import ComputeKind, ComputeOp
+
+    km = KernelModel({"h100": "h100", "a100": "a100-80gb"}[gpu])
+    measured = modelled = 0.0
+    count = 0
+    for row in vidur_gemm_rows():
+        if row["gpu"] != gpu or int(row["num_tokens"]) < 512:
+            continue
+        for name, (m, n, k) in _vidur_shapes(row).items():
+            op = ComputeOp(
+                name=name,
+                kind=ComputeKind.GEMM,
+                flops=2.0 * m * n * k,
+                bytes=2.0 * (m * k + k * n + m * n),
+                shape=(m, n, k),
+            )
+            measured += float(row[f"time_stats.{name}.median"]) * 1e-3
+            modelled += km.kernel_time_s(op)
+            count += 1
+    return {"measured_s": measured, "modelled_s": modelled, "gemms": count}
+
+
+def _vidur_shapes(row: dict[str, str]) -> dict[str, tuple[int, int, int]]:
+    """(m, n, k) of Vidur's four GEMMs (column-parallel ops split n, row-parallel k)."""
+    heads, kv, h = int(row["n_head"]), int(row["n_kv_head"]), int(row["n_embd"])
+    ffn, tp, m = (
+        int(row["n_expanded_embd"]),
+        int(row["num_tensor_parallel_workers"]),
+        int(row["num_tokens"]),
+    )
+    hd = h // heads
+    up = (2 if row["use_gated_mlp"] == "True" else 1) * ffn // tp
+    return {
+        "attn_pre_proj": (m, (heads + 2 * kv) * hd // tp, h),
+        "attn_post_proj": (m, h, heads * hd // tp),
+        "mlp_up_proj": (m, up, h),
+        "mlp_down_proj": (m, h, ffn // tp),
+    }
