@@ -94,10 +94,15 @@ class TopologyBandwidths:
     _inter: float | None = None
 
     def _busbw(self, nodes: int, own: int, stride: int) -> float:
+        """Bus bandwidth of concurrent instances tiling `nodes` nodes; a single instance
+        where the placement does not tile the node (odd group sizes)."""
         from simulator.microbench import collective_sweep
 
         topo = self.build(nodes)
-        rows = collective_sweep(topo, "all-reduce", own, stride, [PROBE_BYTES], "auto", self.network)
+        tiles = topo.num_gpus % (own * stride) == 0
+        rows = collective_sweep(
+            topo, "all-reduce", own, stride, [PROBE_BYTES], "auto", self.network, instances="all" if tiles else "one"
+        )
         return rows[0].busbw_GBps * 1e9
 
     def beta_inter(self) -> float:
