@@ -225,7 +225,9 @@ class Engine:
 
     def _run(self, skip: bool) -> EngineResult | None:
         self._setup()
+        t0 = time.perf_counter()
         runs = self._skip_plan() if skip else []
+        self.setup_time_s += time.perf_counter() - t0  # proving repetition is setup too
         skipped = 0
         for run in runs:
             b_i, b_next = run.first.start, run.segments[1].start

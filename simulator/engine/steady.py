@@ -19,8 +19,9 @@ picoseconds, so S_{i+1}, ..., S_j are exact copies of S_i shifted by multiples o
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, fields
+
+import numpy as np
 
 from workloads.graph import Program, Segment
 from workloads.ops import Op, WaitOp, op_dependencies
@@ -41,25 +42,37 @@ class SkipRun:
         return self.first.stop - self.first.start
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _plain_fields(t: type) -> tuple[str, ...]:
+    """Field names of an op type other than its dependencies (cached per type)."""
+    got = _FIELDS.get(t)
+    if got is None:
+        got = tuple(f.name for f in fields(t) if f.name not in ("deps", "target"))
+        _FIELDS[t] = got
+    return got
+
+
+def _same_ref(x: int, y: int, off_a: int, off_b: int) -> bool:
+    """Two dependency indices mean the same thing: both before their segment, or at the
+    same offset inside it."""
+    if (x >= off_a) != (y >= off_b):
+        return False
+    return x < off_a or x - off_a == y - off_b
+
+
 def _same_op(a: Op, b: Op, off_a: int, off_b: int) -> bool:
     if type(a) is not type(b):
         return False
-    for f in fields(a):
-        va, vb = getattr(a, f.name), getattr(b, f.name)
-        if f.name == "deps":
-            if len(va) != len(vb):
-                return False
-            for x, y in zip(va, vb, strict=True):
-                if (x >= off_a) != (y >= off_b):
-                    return False
-                if x >= off_a and x - off_a != y - off_b:
-                    return False
-        elif f.name == "target" and isinstance(a, WaitOp):
-            if (va >= off_a) != (vb >= off_b) or (va >= off_a and va - off_a != vb - off_b):
-                return False
-        elif va != vb:
+    if len(a.deps) != len(b.deps):
+        return False
+    for x, y in zip(a.deps, b.deps, strict=True):
+        if not _same_ref(x, y, off_a, off_b):
             return False
-    return True
+    if isinstance(a, WaitOp) and not _same_ref(a.target, b.target, off_a, off_b):  # type: ignore[union-attr]
+        return False
+    return all(getattr(a, f) == getattr(b, f) for f in _plain_fields(type(a)))
 
 
 def identical_bodies(program: Program, a: Segment, b: Segment) -> bool:
@@ -74,13 +87,21 @@ def identical_bodies(program: Program, a: Segment, b: Segment) -> bool:
 
 
 class _Dag:
-    """Predecessor/successor lists including implicit stream-order edges."""
+    """Dependency structure (explicit deps plus implicit stream order) for barrier checks.
+
+    With backward edges only (every op depends on earlier ops, as builders write them),
+    an op W < b is preceded by every op before b exactly when W is the only
+    op before b without a successor before b, and every op from b on follows W exactly
+    when every op from b on whose predecessors all lie before b has W among them. Both
+    are O(ops) checks (`min_succ`, `max_pred`), no graph search.
+    """
 
     def __init__(self, program: Program):
         n = len(program.ops)
-        self.pred: list[list[int]] = [[] for _ in range(n)]
-        self.succ: list[list[int]] = [[] for _ in range(n)]
-        self.last_before: list[dict[str, int]] = []
+        self.preds: list[tuple[int, ...]] = []
+        min_succ = np.full(n, n, dtype=np.int64)
+        max_pred = np.full(n, -1, dtype=np.int64)
+        self.forward = False
         last: dict[str, int] = {}
         for i, op in enumerate(program.ops):
             ps = set(op_dependencies(op))
@@ -88,39 +109,38 @@ class _Dag:
             if prev is not None:
                 ps.add(prev)
             last[op.stream] = i
-            for p in ps:
-                self.pred[i].append(p)
-                self.succ[p].append(i)
-        self.program = program
-
-    def _reach(self, start: int, edges: list[list[int]]) -> set[int]:
-        seen = {start}
-        todo = deque([start])
-        while todo:
-            i = todo.popleft()
-            for j in edges[i]:
-                if j not in seen:
-                    seen.add(j)
-                    todo.append(j)
-        return seen
+            pt = tuple(ps)
+            self.preds.append(pt)
+            for p in pt:
+                if p >= i:
+                    self.forward = True
+                elif min_succ[p] > i:
+                    min_succ[p] = i
+            if pt:
+                max_pred[i] = max(pt)
+        self.min_succ = min_succ
+        self.max_pred = max_pred
+        self.n = n
 
     def barrier_op(self, boundary: int) -> int | None:
         """An op W < boundary preceded by all ops < boundary and followed by all ops >=
         boundary, or None."""
-        n = len(self.program.ops)
-        if boundary <= 0 or boundary >= n:
-            return boundary - 1 if 0 < boundary == n else None
-        last: dict[str, int] = {}
-        for i in range(boundary):
-            last[self.program.ops[i].stream] = i
-        for w in sorted(last.values(), reverse=True):
-            anc = self._reach(w, self.pred)
-            if not all(i in anc for i in range(boundary)):
-                continue
-            desc = self._reach(w, self.succ)
-            if all(i in desc for i in range(boundary, n)):
-                return w
-        return None
+        n = self.n
+        if boundary <= 0 or boundary > n:
+            return None
+        if boundary == n:
+            return n - 1
+        if self.forward:
+            return None  # forward dependencies: no cheap proof, no skipping
+        sinks = np.flatnonzero(self.min_succ[:boundary] >= boundary)
+        if sinks.shape[0] != 1:
+            return None
+        w = int(sinks[0])
+        sources = np.flatnonzero(self.max_pred[boundary:] < boundary) + boundary
+        for j in sources.tolist():
+            if w not in self.preds[j]:
+                return None
+        return w
 
 
 def plan_skips(program: Program) -> list[SkipRun]:
