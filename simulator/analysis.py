@@ -106,6 +106,35 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
     )
 
 
+def with_virtual_copies(
+    tl: RankTimeline, bd: RankBreakdown, copies: list[tuple[int, int, int]]
+) -> RankBreakdown:
+    """Add the contribution of repeated segments that were proven identical and not put in
+    the timeline: records [first, stop) stand for `extra` more copies each."""
+    for first, stop, extra in copies:
+        mask = np.zeros(len(tl), dtype=bool)
+        mask[first:stop] = True
+        part = breakdown(tl.select(mask))
+        bd = _add(bd, part, extra)
+    return bd
+
+
+def _add(a: RankBreakdown, b: RankBreakdown, k: float) -> RankBreakdown:
+    def merged(x: dict[str, float], y: dict[str, float]) -> dict[str, float]:
+        return {key: x.get(key, 0.0) + k * y.get(key, 0.0) for key in x.keys() | y.keys()}
+
+    return RankBreakdown(
+        span_s=a.span_s + k * b.span_s,
+        compute_s=a.compute_s + k * b.compute_s,
+        comm_s=a.comm_s + k * b.comm_s,
+        exposed_comm_s=a.exposed_comm_s + k * b.exposed_comm_s,
+        overlapped_comm_s=a.overlapped_comm_s + k * b.overlapped_comm_s,
+        exposed_by_group_s=merged(a.exposed_by_group_s, b.exposed_by_group_s),
+        comm_by_group_s=merged(a.comm_by_group_s, b.comm_by_group_s),
+        compute_by_kind_s=merged(a.compute_by_kind_s, b.compute_by_kind_s),
+    )
+
+
 def _exposed_by_group(
     tl: RankTimeline,
     comm: np.ndarray,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from simulator.errors import ConfigError
 from topologies.types import Topology
@@ -56,14 +57,26 @@ class PaperBandwidths:
 
     machine: str
 
-    TABLES = {
-        "perlmutter": {1: {2: 76, 4: 225, "big": 80}, 2: {2: 76, "big": 40}, 4: {"any": 20}, "big": 20},
-        "frontier": {1: {2: 129, 4: 52, 8: 135, "big": 40}, 2: {2: 50, 4: 72, "big": 20}, 4: {2: 36, "big": 10}, "big": 5},
+    TABLES: ClassVar[dict[str, dict[Any, Any]]] = {
+        "perlmutter": {
+            1: {2: 76, 4: 225, "big": 80},
+            2: {2: 76, "big": 40},
+            4: {"any": 20},
+            "big": 20,
+        },
+        "frontier": {
+            1: {2: 129, 4: 52, 8: 135, "big": 40},
+            2: {2: 50, 4: 72, "big": 20},
+            4: {2: 36, "big": 10},
+            "big": 5,
+        },
     }
 
     def __post_init__(self) -> None:
         if self.machine not in self.TABLES:
-            raise ConfigError(f"--bandwidths paper: the paper has no table for '{self.machine}' (perlmutter, frontier)")
+            raise ConfigError(
+                f"--bandwidths paper: the paper has no table for '{self.machine}' (perlmutter, frontier)"
+            )
 
     def __call__(self, inner: int, own: int) -> float:
         table = self.TABLES[self.machine]
@@ -101,7 +114,14 @@ class TopologyBandwidths:
         topo = self.build(nodes)
         tiles = topo.num_gpus % (own * stride) == 0
         rows = collective_sweep(
-            topo, "all-reduce", own, stride, [PROBE_BYTES], "auto", self.network, instances="all" if tiles else "one"
+            topo,
+            "all-reduce",
+            own,
+            stride,
+            [PROBE_BYTES],
+            "auto",
+            self.network,
+            instances="all" if tiles else "one",
         )
         return rows[0].busbw_GBps * 1e9
 
@@ -117,10 +137,7 @@ class TopologyBandwidths:
         if hit is not None:
             return hit
         g = self.gpus_per_node
-        if inner * own <= g:
-            beta = self._busbw(1, own, inner)
-        else:
-            beta = self.beta_inter() / min(g, inner)
+        beta = self._busbw(1, own, inner) if inner * own <= g else self.beta_inter() / min(g, inner)
         self._cache[key] = beta
         return beta
 
@@ -177,10 +194,15 @@ def axonn_comm_estimate(
     beta = {g: (bandwidth(inner[g], own[g]) if own[g] > 1 else float("inf")) for g in GROUP_ORDER}
     m = batch_tokens / grid.data
     total = dict.fromkeys(GROUP_ORDER, 0.0)
-    layers = [(k, n, transpose_alternate and i % 2 == 1) for i, (_, k, n) in enumerate(spec.linear_shapes())]
+    layers = [
+        (k, n, transpose_alternate and i % 2 == 1)
+        for i, (_, k, n) in enumerate(spec.linear_shapes())
+    ]
     for k, n, tr in layers:
         for g, v in layer_comm_s(k, n, m, grid, beta, spec.dtype_bytes, tr, microbatches).items():
             total[g] += spec.layers * v
-    for g, v in layer_comm_s(spec.hidden, spec.vocab, m, grid, beta, spec.dtype_bytes, False, microbatches).items():
+    for g, v in layer_comm_s(
+        spec.hidden, spec.vocab, m, grid, beta, spec.dtype_bytes, False, microbatches
+    ).items():
         total[g] += v
     return CommEstimate(total)

@@ -32,7 +32,16 @@ class Case:
     target: str = ""
 
 
-def _case(name: str, machine: str, gpus: int, model: str, grid: str, mode: str, network: str, target: str = "") -> Case:
+def _case(
+    name: str,
+    machine: str,
+    gpus: int,
+    model: str,
+    grid: str,
+    mode: str,
+    network: str,
+    target: str = "",
+) -> Case:
     x, y, z, d = grid.split(",")
     return Case(
         name=f"{name} [{mode}, {network}]",
@@ -56,21 +65,41 @@ def default_cases(quick: bool = False) -> list[Case]:
     sym = [
         ("GPT-80B, 1,024 Perlmutter GPUs", "perlmutter", 1024, "gpt-80b", "4,4,4,16", ""),
         ("GPT-80B, 8,192 Frontier GCDs", "frontier", 8192, "gpt-80b", "8,2,8,64", ""),
-        ("GPT-320B, 32,768 Frontier GCDs", "frontier", 32768, "gpt-320b", "8,1,16,256", "< 10 s, < 2 GB"),
+        (
+            "GPT-320B, 32,768 Frontier GCDs",
+            "frontier",
+            32768,
+            "gpt-320b",
+            "8,1,16,256",
+            "< 10 s, < 2 GB",
+        ),
         ("GPT-60B, 6,144 Alps GPUs", "alps", 6144, "gpt-60b", "6,1,8,128", ""),
         ("GPT-640B, 65,536 DGX H100 GPUs", "dgx-h100", 65536, "gpt-640b", "8,2,16,256", "< 20 s"),
     ]
     full = [
         ("GPT-80B, 256 Perlmutter GPUs", "perlmutter", 256, "gpt-80b", "4,4,4,4", ""),
-        ("GPT-80B, 1,024 Perlmutter GPUs", "perlmutter", 1024, "gpt-80b", "4,4,4,16", "< 60 s, < 8 GB"),
+        (
+            "GPT-80B, 1,024 Perlmutter GPUs",
+            "perlmutter",
+            1024,
+            "gpt-80b",
+            "4,4,4,16",
+            "< 60 s, < 8 GB",
+        ),
         ("GPT-80B, 4,096 Perlmutter GPUs", "perlmutter", 4096, "gpt-80b", "4,4,4,64", ""),
     ]
     if quick:
         sym, full = sym[:1], full[:1]
     cases = []
     for network in ("contention", "alpha-beta"):
-        cases += [_case(n, m, g, mo, gr, "symmetric", network, t if network == "contention" else "") for n, m, g, mo, gr, t in sym]
-        cases += [_case(n, m, g, mo, gr, "full", network, t if network == "contention" else "") for n, m, g, mo, gr, t in full]
+        cases += [
+            _case(n, m, g, mo, gr, "symmetric", network, t if network == "contention" else "")
+            for n, m, g, mo, gr, t in sym
+        ]
+        cases += [
+            _case(n, m, g, mo, gr, "full", network, t if network == "contention" else "")
+            for n, m, g, mo, gr, t in full
+        ]
     return cases
 
 
@@ -108,15 +137,24 @@ def run_case(case: Case, timeout_s: float = 1800) -> dict[str, object]:
     env = dict(os.environ, PYTHONHASHSEED="0")
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+        )
     except subprocess.TimeoutExpired:
         return {"name": case.name, "error": f"timed out after {timeout_s:.0f} s"}
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
         return {"name": case.name, "error": tail[0]}
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out.update({"name": case.name, "mode": case.mode, "network": case.network, "target": case.target,
-                "process_wall_time_s": time.perf_counter() - t0})
+    out.update(
+        {
+            "name": case.name,
+            "mode": case.mode,
+            "network": case.network,
+            "target": case.target,
+            "process_wall_time_s": time.perf_counter() - t0,
+        }
+    )
     return out
 
 
@@ -131,8 +169,13 @@ def run_bench(cases: list[Case], progress: object = None) -> dict[str, object]:
         rows.append(row)
         if callable(progress):
             progress(row)
-    return {"raw_simpy_events_per_s": raw, "cases": rows, "cases_defined": [asdict(c) for c in cases],
-            "python": sys.version.split()[0], "cpus": os.cpu_count()}
+    return {
+        "raw_simpy_events_per_s": raw,
+        "cases": rows,
+        "cases_defined": [asdict(c) for c in cases],
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+    }
 
 
 def _child(argv: list[str]) -> int:

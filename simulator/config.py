@@ -176,6 +176,12 @@ class EngineConfig(BaseModel):
     ] = "auto"
     calibration: str | None = None
     steady_state: bool = True
+    virtual_microbatches: bool = Field(
+        default=True,
+        description="With steady_state: emit the first, one middle and the last microbatch and "
+        "count the middle one for all identical ones (proven exact by the engine, else "
+        "expanded). False keeps every microbatch in the timeline (used for --out traces).",
+    )
     compute_slowdown_under_overlap: float | None = Field(default=None, ge=1.0)
 
 

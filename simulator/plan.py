@@ -32,7 +32,12 @@ def training_setup(config: ExperimentConfig) -> TrainingSetup:
     """The training section as workload generators see it."""
     t = config.training
     return TrainingSetup(
-        t.batch_tokens, t.microbatch_sequences, t.activation_checkpointing, t.optimizer, t.flash_attention
+        t.batch_tokens,
+        t.microbatch_sequences,
+        t.activation_checkpointing,
+        t.optimizer,
+        t.flash_attention,
+        compress_microbatches=config.engine.steady_state and config.engine.virtual_microbatches,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from simulator.analysis import breakdown
+from simulator.analysis import breakdown, with_virtual_copies
 from simulator.engine.core import EngineResult
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
@@ -121,7 +121,10 @@ def build_report(
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
     critical = max(tl.ranks, key=lambda r: float(tl.rank(r).end_s.max(initial=0.0)))
-    bd = breakdown(tl.rank(critical))
+    rank_tl = tl.rank(critical)
+    bd = with_virtual_copies(
+        rank_tl, breakdown(rank_tl), list(tl.metadata.get("virtual_copies", []))
+    )
     t = result.iteration_time_s
     gpus = tl.world_size
     by_group = dict.fromkeys(CONTRACT_GROUPS, 0.0)

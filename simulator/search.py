@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from simulator.analytical import BandwidthFn, PaperBandwidths, TopologyBandwidths, axonn_comm_estimate
+from simulator.analytical import (
+    BandwidthFn,
+    PaperBandwidths,
+    TopologyBandwidths,
+    axonn_comm_estimate,
+)
 from simulator.config import ExperimentConfig
 from simulator.errors import ConfigError
 from topologies.hardware import GpuSpec
@@ -97,11 +102,15 @@ def rank_grids(
             continue
         if memory_for(spec, grid, params, training, 1).total > gpu.memory_bytes:
             continue
-        mbs = training.microbatch_sequences or choose_microbatch(spec, grid, params, training, per_gpu, gpu.memory_bytes)
+        mbs = training.microbatch_sequences or choose_microbatch(
+            spec, grid, params, training, per_gpu, gpu.memory_bytes
+        )
         if per_gpu % mbs:
             continue
         micro = per_gpu // mbs
-        est = axonn_comm_estimate(spec, grid, training.batch_tokens, bandwidth, micro, params.transpose_alternate)
+        est = axonn_comm_estimate(
+            spec, grid, training.batch_tokens, bandwidth, micro, params.transpose_alternate
+        )
         mem = memory_for(spec, grid, params, training, mbs).total
         out.append(Candidate(grid, mbs, micro, mem, est.total_s, est.by_group_s))
     out.sort(key=lambda c: (c.model_comm_time_s, c.grid.z, c.grid.y, c.grid.x))
@@ -125,7 +134,9 @@ def simulate_candidates(
         cfg = config.model_copy(
             update={
                 "parallel": config.parallel.model_copy(update={"grid": g}),
-                "training": config.training.model_copy(update={"microbatch_sequences": c.microbatch_sequences}),
+                "training": config.training.model_copy(
+                    update={"microbatch_sequences": c.microbatch_sequences}
+                ),
             }
         )
         results.append(simulate(cfg))
@@ -135,7 +146,9 @@ def simulate_candidates(
     order = sorted(range(len(chosen)), key=lambda i: times[i])
     sim_rank = {i: r + 1 for r, i in enumerate(order)}
     updated = [
-        replace(c, simulated_iteration_time_s=times[i], simulated_rank=sim_rank[i]) if i < len(chosen) else c
+        replace(c, simulated_iteration_time_s=times[i], simulated_rank=sim_rank[i])
+        if i < len(chosen)
+        else c
         for i, c in enumerate(candidates)
     ]
     best = results[order[0]] if results else None

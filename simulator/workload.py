@@ -22,7 +22,12 @@ __all__ = ["PLAN_BUILDERS", "PlanBuilder", "WorkloadPlan", "build_plan"]
 def _axonn_plan(
     config: ExperimentConfig, spec: TransformerSpec, topology: Topology, gpu: GpuSpec
 ) -> WorkloadPlan:
-    from workloads.axonn.workload import build_axonn_workload, check_grid, choose_microbatch, memory_for
+    from workloads.axonn.workload import (
+        build_axonn_workload,
+        check_grid,
+        choose_microbatch,
+        memory_for,
+    )
 
     params = config.parallel
     assert isinstance(params, AxonnParallel)
@@ -31,7 +36,9 @@ def _axonn_plan(
     gpus = topology.num_gpus if config.cluster.num_gpus is None else config.cluster.num_gpus
     grid = params.grid or _default_grid(config, spec, params, training, gpus, topology, gpu)
     per_gpu = check_grid(spec, grid, params, training, gpus)
-    mbs = t.microbatch_sequences or choose_microbatch(spec, grid, params, training, per_gpu, gpu.memory_bytes)
+    mbs = t.microbatch_sequences or choose_microbatch(
+        spec, grid, params, training, per_gpu, gpu.memory_bytes
+    )
     graph = build_axonn_workload(spec, params, grid, training, mbs)
     memory = memory_for(spec, grid, params, training, mbs).as_dict()
     return WorkloadPlan(

@@ -22,7 +22,14 @@ ALLOWED = {
     "simulator": {"topologies", "workloads"},
     "validation": {"topologies", "workloads", "simulator"},
 }
-RICH_OK = ("simulator/cli.py", "simulator/render.py", "simulator/commands/", "validation/cli.py", "validation/commands/", "validation/render")
+RICH_OK = (
+    "simulator/cli.py",
+    "simulator/render.py",
+    "simulator/commands/",
+    "validation/cli.py",
+    "validation/commands/",
+    "validation/render",
+)
 
 
 def _modules() -> list[Path]:
@@ -49,9 +56,13 @@ def test_imports_flow_one_way(path: Path) -> None:
         if top in PACKAGES and top != own:
             assert top in ALLOWED[own], f"{rel} imports {name}: {own} may not import {top}"
         if top == "simpy":
-            assert rel.startswith("simulator/engine/"), f"{rel} imports simpy (only simulator/engine/ may)"
+            assert rel.startswith("simulator/engine/"), (
+                f"{rel} imports simpy (only simulator/engine/ may)"
+            )
         if top == "rich":
-            assert rel.startswith(RICH_OK), f"{rel} imports rich (only CLI and rendering modules may)"
+            assert rel.startswith(RICH_OK), (
+                f"{rel} imports rich (only CLI and rendering modules may)"
+            )
 
 
 def test_every_package_is_checked() -> None:

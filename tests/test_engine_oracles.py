@@ -56,8 +56,12 @@ def test_fully_connected_node_runs_two_ring_channels(network: str) -> None:
     # K4 has no two link-disjoint Hamiltonian cycles in one direction, but a ring and its
     # reverse use disjoint directed links: NCCL-like planning runs both, each on half the data
     p, bw, lat, n = 4, 50e9, 2e-6, 4e8
-    res = run(_collective_graph(p, CollectiveKind.ALL_REDUCE, n), build_full_mesh(p, bw, lat), network)
-    assert res.iteration_time_s == pytest.approx(2 * (p - 1) * lat + 2 * (p - 1) / p * (n / 2) / bw, rel=1e-9)
+    res = run(
+        _collective_graph(p, CollectiveKind.ALL_REDUCE, n), build_full_mesh(p, bw, lat), network
+    )
+    assert res.iteration_time_s == pytest.approx(
+        2 * (p - 1) * lat + 2 * (p - 1) / p * (n / 2) / bw, rel=1e-9
+    )
 
 
 @pytest.mark.parametrize("p", [2, 4, 8, 16])

@@ -86,7 +86,8 @@ def simulate_config(
     from simulator.api import simulate
     from simulator.config import load_config
 
-    overrides = [f"engine.network={network}"]
+    # compared op by op with the traces: keep every microbatch in the timeline
+    overrides = [f"engine.network={network}", "engine.virtual_microbatches=false"]
     if calibration is not None:
         overrides.append(f"engine.calibration={calibration}")
     exp = load_config(cfg, overrides)

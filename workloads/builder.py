@@ -42,6 +42,7 @@ class ProgramBuilder:
     _last_compute: int | None = None
     _segment_start: int | None = None
     _segment_key: str = ""
+    _segment_repeat: int = 1
 
     def _deps(self, extra: tuple[int, ...] = ()) -> tuple[int, ...]:
         deps = set(extra)
@@ -166,15 +167,28 @@ class ProgramBuilder:
         return idx
 
     # ------------------------------------------------------------- segments
-    def begin_segment(self, key: str) -> None:
-        """Start a repeated body (e.g. one microbatch); bodies with one key are identical."""
+    def begin_segment(self, key: str, repeat: int = 1) -> None:
+        """Start a repeated body (e.g. one microbatch); bodies with one key are identical.
+        `repeat` > 1: this body stands for that many identical copies (see Segment)."""
         self._segment_start = len(self.ops)
         self._segment_key = key
+        self._segment_repeat = repeat
 
     def end_segment(self) -> None:
         if self._segment_start is not None:
-            self.segments.append(Segment(self._segment_start, len(self.ops), self._segment_key))
+            self.segments.append(
+                Segment(self._segment_start, len(self.ops), self._segment_key, self._segment_repeat)
+            )
         self._segment_start = None
+        self._segment_repeat = 1
 
     def build(self) -> Program:
         return Program(self.name, tuple(self.ops), tuple(self.segments))
+
+
+def microbatch_copies(microbatches: int, compress: bool) -> list[int]:
+    """How many microbatches each emitted body stands for: all emitted when few (or when
+    `compress` is off), else the first, one body for the identical middle ones, the last."""
+    if not compress or microbatches <= 3:
+        return [1] * microbatches
+    return [1, microbatches - 2, 1]

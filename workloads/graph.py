@@ -37,11 +37,17 @@ from workloads.ops import (
 @dataclass(frozen=True, slots=True)
 class Segment:
     """ops[start:stop] of a program; segments with equal `key` have identical op bodies
-    (same ops, deps shifted by the segment offset)."""
+    (same ops, deps shifted by the segment offset).
+
+    `repeat` > 1 means the materialised ops stand for that many identical copies run back
+    to back (a compressed run of microbatches). Only an engine that proves the copies
+    identical may use such a program; otherwise it asks for the expanded one.
+    """
 
     start: int
     stop: int
     key: str
+    repeat: int = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +60,15 @@ class Program:
 
     def __len__(self) -> int:
         return len(self.ops)
+
+    @property
+    def represented_ops(self) -> int:
+        """Ops the program stands for, counting every copy of repeated segments."""
+        return len(self.ops) + sum((s.repeat - 1) * (s.stop - s.start) for s in self.segments)
+
+    @property
+    def compressed(self) -> bool:
+        return any(s.repeat > 1 for s in self.segments)
 
     def streams(self) -> list[str]:
         """Stream names in order of first use."""

@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass
 from workloads.transformer import BlockShape
 
 RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption)
-LOGIT_BYTES_PER_ELEM_EXTRA = 12  # fp32 upcast, fp32 softmax and its fp32 gradient beside bf16 logits
+LOGIT_BYTES_PER_ELEM_EXTRA = (
+    12  # fp32 upcast, fp32 softmax and its fp32 gradient beside bf16 logits
+)
 FRAGMENTATION_FRACTION = 0.10  # caching-allocator slack on short-lived tensors (assumption)
 
 

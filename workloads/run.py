@@ -19,6 +19,7 @@ class TrainingSetup:
     activation_checkpointing: bool = True
     optimizer: str = "adam"
     flash_attention: bool = True
+    compress_microbatches: bool = True  # represent identical middle microbatches once
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,13 @@ def register(app: click.Group) -> None:
     @app.command("bench")
     @click.option("--quick", is_flag=True, help="Only the smallest symmetric and full cases.")
     @click.option("--only", default=None, help="Run only cases whose name contains this text.")
-    @click.option("--out", "out_file", type=click.Path(dir_okay=False), default="bench-results.json", show_default=True)
+    @click.option(
+        "--out",
+        "out_file",
+        type=click.Path(dir_okay=False),
+        default="bench-results.json",
+        show_default=True,
+    )
     def bench_cmd(quick: bool, only: str | None, out_file: str) -> None:
         """Measure the engine on the scaling cases (each case in its own process)."""
         from rich.console import Console
@@ -29,20 +35,39 @@ def register(app: click.Group) -> None:
             if "error" in row:
                 console.print(f"[red]{row['name']}: {row['error']}[/]")
             else:
-                console.print(f"{row['name']}: {row['wall_time_s']:.2f} s, {int(row['peak_rss_bytes']) / 2**30:.2f} GiB")  # type: ignore[arg-type]
+                console.print(
+                    f"{row['name']}: {row['wall_time_s']:.2f} s, {int(row['peak_rss_bytes']) / 2**30:.2f} GiB"
+                )  # type: ignore[arg-type]
 
         result = run_bench(cases, show)
         Path(out_file).write_text(json.dumps(result, indent=2))
-        table = Table(title=f"axsim bench (raw simpy: {result['raw_simpy_events_per_s']:,.0f} events/s)")
-        for col in ("case", "wall (s)", "peak RSS (GiB)", "events", "events/s", "x raw simpy", "ops simulated / represented", "target"):
+        table = Table(
+            title=f"axsim bench (raw simpy: {result['raw_simpy_events_per_s']:,.0f} events/s)"
+        )
+        for col in (
+            "case",
+            "wall (s)",
+            "peak RSS (GiB)",
+            "events",
+            "events/s",
+            "x raw simpy",
+            "ops simulated / represented",
+            "target",
+        ):
             table.add_column(col, justify="right" if col != "case" else "left")
         for r in result["cases"]:  # type: ignore[union-attr]
             if "error" in r:
                 table.add_row(r["name"], "error", r["error"], "", "", "", "", r.get("target", ""))
                 continue
             table.add_row(
-                r["name"], f"{r['wall_time_s']:.2f}", f"{r['peak_rss_bytes'] / 2**30:.2f}", f"{r['events']:,}",
-                f"{r['events_per_s']:,.0f}", f"{r['ratio_to_raw_simpy']:.2f}", f"{r['ops_simulated']:,} / {r['ops_represented']:,}", r.get("target", ""),
+                r["name"],
+                f"{r['wall_time_s']:.2f}",
+                f"{r['peak_rss_bytes'] / 2**30:.2f}",
+                f"{r['events']:,}",
+                f"{r['events_per_s']:,.0f}",
+                f"{r['ratio_to_raw_simpy']:.2f}",
+                f"{r['ops_simulated']:,} / {r['ops_represented']:,}",
+                r.get("target", ""),
             )
         Console().print(table)
         click.echo(f"results written to {out_file}")

@@ -18,10 +18,23 @@ def register(app: click.Group) -> None:
     @click.option("--model", default=None, help="Model preset.")
     @click.option("--batch-tokens", type=int, default=None, help="Global batch in tokens.")
     @click.option("--seq-len", type=int, default=None, help="Sequence length.")
-    @click.option("--top", type=int, default=10, show_default=True, help="How many of the model's best grids to simulate.")
-    @click.option("--bandwidths", type=click.Choice(("topology", "paper")), default="topology", show_default=True,
-                  help="Group bandwidths: axsim's collective model on the machine, or the paper's measured table.")
-    @click.option("--set", "sets", multiple=True, help="Override any config field (section.field=value).")
+    @click.option(
+        "--top",
+        type=int,
+        default=10,
+        show_default=True,
+        help="How many of the model's best grids to simulate.",
+    )
+    @click.option(
+        "--bandwidths",
+        type=click.Choice(("topology", "paper")),
+        default="topology",
+        show_default=True,
+        help="Group bandwidths: axsim's collective model on the machine, or the paper's measured table.",
+    )
+    @click.option(
+        "--set", "sets", multiple=True, help="Override any config field (section.field=value)."
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: ranked and best.")
     def search_cmd(
         config: str | None,
@@ -37,12 +50,19 @@ def register(app: click.Group) -> None:
     ) -> None:
         """Find the best AxoNN grid: analytical ranking of all grids, then simulation of the top K."""
         from simulator.errors import ConfigError
-        from simulator.search import bandwidth_provider, rank_grids, search_training, simulate_candidates
+        from simulator.search import (
+            bandwidth_provider,
+            rank_grids,
+            search_training,
+            simulate_candidates,
+        )
         from topologies.hardware import gpu_spec
 
         if top < 0:
             raise ConfigError(f"--top must be non-negative, got {top}")
-        flags = flag_overrides(machine, gpus, model, None, batch_tokens, seq_len, None, None, None, None)
+        flags = flag_overrides(
+            machine, gpus, model, None, batch_tokens, seq_len, None, None, None, None
+        )
         cfg = resolve_config(config, "axonn", flags, sets)
         n = cfg.cluster.num_gpus
         if n is None:
@@ -51,27 +71,59 @@ def register(app: click.Group) -> None:
         bw = bandwidth_provider(cfg, bandwidths, cfg.cluster.gpus_per_node)
         ranked = rank_grids(cfg.model.spec(), cfg.parallel, search_training(cfg), n, gpu, bw)  # type: ignore[arg-type]
         if not ranked:
-            raise ConfigError(f"no valid, memory-feasible AxoNN grid for {cfg.model.name} on {n} GPUs")
+            raise ConfigError(
+                f"no valid, memory-feasible AxoNN grid for {cfg.model.name} on {n} GPUs"
+            )
         progress = None
         if sys.stderr.isatty() and not as_json:
-            print(f"simulating the model's top {min(top, len(ranked))} of {len(ranked)} grids...", file=sys.stderr)
+            print(
+                f"simulating the model's top {min(top, len(ranked))} of {len(ranked)} grids...",
+                file=sys.stderr,
+            )
         ranked, best = simulate_candidates(cfg, ranked, top, progress)
         if as_json:
-            click.echo(json.dumps({"ranked": [c.as_dict() for c in ranked], "best": best.report.to_json() if best else None}, default=str))
+            click.echo(
+                json.dumps(
+                    {
+                        "ranked": [c.as_dict() for c in ranked],
+                        "best": best.report.to_json() if best else None,
+                    },
+                    default=str,
+                )
+            )
             return
         from rich.console import Console
         from rich.table import Table
 
         from simulator.render import render_report
 
-        table = Table(title=f"AxoNN grids for {cfg.model.name} on {n} {gpu.name} GPUs ({bandwidths} bandwidths)")
-        for col in ("model rank", "grid X,Y,Z,data", "microbatch", "model comm (s)", "simulated (s)", "sim rank"):
+        table = Table(
+            title=f"AxoNN grids for {cfg.model.name} on {n} {gpu.name} GPUs ({bandwidths} bandwidths)"
+        )
+        for col in (
+            "model rank",
+            "grid X,Y,Z,data",
+            "microbatch",
+            "model comm (s)",
+            "simulated (s)",
+            "sim rank",
+        ):
             table.add_column(col, justify="right")
         for c in ranked[: max(top, 10)]:
             g = c.grid
-            sim = "-" if c.simulated_iteration_time_s is None else f"{c.simulated_iteration_time_s:.3f}"
-            table.add_row(str(c.model_rank), f"{g.x},{g.y},{g.z},{g.data}", f"{c.microbatch_sequences}x{c.microbatches}",
-                          f"{c.model_comm_time_s:.3f}", sim, "-" if c.simulated_rank is None else str(c.simulated_rank))
+            sim = (
+                "-"
+                if c.simulated_iteration_time_s is None
+                else f"{c.simulated_iteration_time_s:.3f}"
+            )
+            table.add_row(
+                str(c.model_rank),
+                f"{g.x},{g.y},{g.z},{g.data}",
+                f"{c.microbatch_sequences}x{c.microbatches}",
+                f"{c.model_comm_time_s:.3f}",
+                sim,
+                "-" if c.simulated_rank is None else str(c.simulated_rank),
+            )
         Console().print(table)
         if best is not None:
             render_report(best.report)

@@ -173,6 +173,8 @@ def register(app: click.Group) -> None:
         flags = flag_overrides(
             machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration
         )
+        if out_dir:  # traces and timeline.csv show every microbatch
+            flags.append("engine.virtual_microbatches=false")
         cfg = resolve_config(config, strategy, flags, sets)
         with progress_bar(progress) as bar:
             result = simulate(cfg, progress=bar)

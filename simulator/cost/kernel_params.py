@@ -135,8 +135,14 @@ def _params_from_mapping(d: Mapping[str, Any], where: str) -> KernelParams:
         "min_kernel_s": _positive(d, "min_kernel_us", where, allow_zero=True) * us,
         "vector_peak_fraction": _positive(d, "vector_peak_fraction", where),
         "overlap_slowdown": _positive(d, "overlap_slowdown", where),
-        "cpu_issue_compute_s": _positive(d.get("cpu_issue_us") or {}, "compute", f"{where} cpu_issue_us", allow_zero=True) * us,
-        "cpu_issue_collective_s": _positive(d.get("cpu_issue_us") or {}, "collective", f"{where} cpu_issue_us", allow_zero=True) * us,
+        "cpu_issue_compute_s": _positive(
+            d.get("cpu_issue_us") or {}, "compute", f"{where} cpu_issue_us", allow_zero=True
+        )
+        * us,
+        "cpu_issue_collective_s": _positive(
+            d.get("cpu_issue_us") or {}, "collective", f"{where} cpu_issue_us", allow_zero=True
+        )
+        * us,
         "gemm_fixed_s": _positive(gemm, "fixed_us", f"{where} gemm", allow_zero=True) * us,
         "gemm_k_ramp": _positive(gemm, "k_ramp", f"{where} gemm", allow_zero=True),
         "gemm_tile_intensity_knee": _positive(

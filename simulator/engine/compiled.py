@@ -113,7 +113,9 @@ def compile_program(
             if d is None:
                 seconds = kernels.duration_s(op)
                 if seconds < 0 or seconds != seconds:
-                    raise EngineError(f"kernel model returned an invalid duration for op '{op.name}'")
+                    raise EngineError(
+                        f"kernel model returned an invalid duration for op '{op.name}'"
+                    )
                 d = to_ps(seconds)
                 cache[op] = d
             kinds.append(COMPUTE)
@@ -136,7 +138,9 @@ def compile_program(
             p2p_count[key] = k + 1
             kinds.append(SEND if direction == "send" else RECV)
             base.append(0)
-            comms.append(CommInfo(op.group, k, CollectiveKind.SEND_RECV, float(op.bytes), peer=op.peer))
+            comms.append(
+                CommInfo(op.group, k, CollectiveKind.SEND_RECV, float(op.bytes), peer=op.peer)
+            )
         else:  # pragma: no cover - the Op union is closed
             raise EngineError(f"unknown op type {type(op).__name__}")
     overlap = estimate_overlap(program, kinds, base, comms, comm_estimate)

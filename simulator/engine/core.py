@@ -47,6 +47,10 @@ ProgressFn = Callable[[int, int, float], None]
 """progress(ops_done, ops_total, simulated_time_s)."""
 
 
+class MaterializationRequired(EngineError):
+    """The workload's compressed repetition cannot be used; expand it and run again."""
+
+
 @dataclass(eq=False)
 class _Rank:
     rank: int
@@ -197,7 +201,7 @@ class Engine:
                     inflight=[-1] * ns,
                 )
             )
-        self.ops_total = sum(r.prog.num_ops for r in self.ranks)
+        self.ops_total = sum(r.prog.program.represented_ops for r in self.ranks)
         self.program_end = max((r.prog.num_ops for r in self.ranks), default=0)
         self.gate = self.program_end
 
@@ -219,7 +223,9 @@ class Engine:
                 rows = self.placement[gv.members]
                 key = (info.group, "all")
             bundles = pricer.bundles(info.kind, rows, info.nbytes, info.root, info.algorithm, key)
-            return max((pricer.estimate_time_s(b, info.nbytes, info.kind) for b in bundles), default=0.0)
+            return max(
+                (pricer.estimate_time_s(b, info.nbytes, info.kind) for b in bundles), default=0.0
+            )
 
         return estimate
 
@@ -228,20 +234,44 @@ class Engine:
         t0 = time.perf_counter()
         runs = self._skip_plan() if skip else []
         self.setup_time_s += time.perf_counter() - t0  # proving repetition is setup too
+        self._require_proof(runs)
         skipped = 0
+        self.virtual_copies: list[tuple[int, int, int]] = []
         for run in runs:
             b_i, b_next = run.first.start, run.segments[1].start
             t_i = self._run_until(b_i)
+            if t_i is None:  # ranks reach the boundary apart: resuming would rewind time
+                self._require_proof([])
+                return None
             snapshot = self.stats.snapshot()
             t_next = self._run_until(b_next)
-            if t_i is None or t_next is None:
+            if t_next is None:
+                self._require_proof([])
                 return None
             self._copy_segments(run, t_next - t_i)
-            self.stats.repeat_since(snapshot, len(run.segments) - 1)
-            skipped += len(run.segments) - 1
+            copies = sum(seg.repeat for seg in run.segments) - 1
+            self.stats.repeat_since(snapshot, copies)
+            skipped += copies
+            virtual = sum(seg.repeat - 1 for seg in run.segments)
+            if virtual:
+                self.virtual_copies.append((run.first.start, run.first.stop, virtual))
         if self._run_until(self.program_end) is None:
+            self._require_proof([])
             return None
         return self._result(skipped)
+
+    def _require_proof(self, runs: list[SkipRun]) -> None:
+        """A compressed program (segments standing for several copies) can only be run when
+        every such segment lies in a run whose repetition is proven exact. The run's first
+        body is simulated and its copies follow it; a later body stands at its last copy."""
+        covered = {(s.start, s.stop) for run in runs for s in run.segments}
+        for r in self.ranks:
+            for seg in r.prog.program.segments:
+                if seg.repeat > 1 and (seg.start, seg.stop) not in covered:
+                    raise MaterializationRequired(
+                        "the repeated microbatches of this workload cannot be proven identical here "
+                        "(e.g. ranks drift apart); expand them"
+                    )
 
     def _skip_plan(self) -> list[SkipRun]:
         programs = {id(r.prog.program): r.prog.program for r in self.ranks}
@@ -479,12 +509,17 @@ class Engine:
             st = np.frombuffer(r.start, dtype=np.int64)
             en = np.frombuffer(r.end, dtype=np.int64)
             comm_ops = [i for i in r.sync if first.start <= i < first.stop]
-            for k, seg in enumerate(run.segments[1:], start=1):
+            before = first.repeat  # copies run before the next materialised segment
+            for seg in run.segments[1:]:
                 off = seg.start - first.start
+                # a later body standing for several copies sits at its last copy, so what
+                # follows continues from the right time; the others are virtual_copies
+                k = before + seg.repeat - 1
                 st[seg.start : seg.stop] = st[first.start : first.stop] + k * shift
                 en[seg.start : seg.stop] = en[first.start : first.stop] + k * shift
                 for i in comm_ops:
                     r.sync[i + off] = r.sync[i] + k * shift
+                before += seg.repeat
             last = run.segments[-1].stop
             for s, ops in enumerate(r.prog.stream_ops):
                 p = bisect_left(ops, last)
@@ -512,7 +547,13 @@ class Engine:
             loader=loader,
             representative=self.view.representative,
             link_bytes=self.stats.link_bytes(self.topology.num_links),
-            metadata={"mode": self.view.mode, "network": self.cost.network},
+            metadata={
+                "mode": self.view.mode,
+                "network": self.cost.network,
+                # (first op, stop op, extra copies): records [first, stop) of every simulated
+                # rank stand for `extra` more identical copies not in the timeline
+                "virtual_copies": list(getattr(self, "virtual_copies", [])),
+            },
         )
         return EngineResult(
             timeline=timeline,

@@ -151,7 +151,9 @@ class ContentionNetwork:
         call_at(self.env, delay_ps, fn, priority)
 
     def _begin(self, act: Activation) -> None:
-        act.bundles = self.pricer.bundles(act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key)
+        act.bundles = self.pricer.bundles(
+            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
+        )
         act.open_bundles = len(act.bundles)
         if not act.bundles:
             act.on_done(int(self.env.now))
@@ -160,7 +162,9 @@ class ContentionNetwork:
             plan = self.pricer.plan(b, act.kind, act.nbytes, shared=True)
             self._start_phase(act, b, plan, 0, plan.overhead_s)
 
-    def _start_phase(self, act: Activation, bundle: Bundle, plan: PhasePlan, index: int, extra_s: float = 0.0) -> None:
+    def _start_phase(
+        self, act: Activation, bundle: Bundle, plan: PhasePlan, index: int, extra_s: float = 0.0
+    ) -> None:
         if index >= len(bundle.phases):
             if extra_s > 0:  # a bundle without phases (size-1 group) still pays the overhead
                 self._after(to_ps(extra_s), lambda: self._start_phase(act, bundle, plan, index))

@@ -208,7 +208,9 @@ class CollectivePricer:
                 rate = min(residual[link] / n for link, n in use.items())
                 if rate > best_rate * (1 + 1e-12):
                     best_i, best_rate = ci, rate
-            if best_i < 0 or (chosen and (len(chosen) + 1) * min(slowest, best_rate) <= len(chosen) * slowest):
+            if best_i < 0 or (
+                chosen and (len(chosen) + 1) * min(slowest, best_rate) <= len(chosen) * slowest
+            ):
                 break
             chosen.append(list(cycles[best_i]))
             slowest = min(slowest, best_rate)
@@ -216,7 +218,6 @@ class CollectivePricer:
                 residual[link] -= best_rate * n
         self._cycles_cache[key] = chosen
         return chosen
-
 
     # -------------------------------------------------------------- routes
     def _route(self, src_gpu: int, dst_gpu: int) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -281,7 +282,9 @@ class CollectivePricer:
             self._template_cache[key] = hit
         return hit
 
-    def _local_parts(self, src: np.ndarray, dst: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray]:
+    def _local_parts(
+        self, src: np.ndarray, dst: np.ndarray
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray]:
         """Links/weights of node-local flows from translated node-0 templates, plus each
         flow's rate and latency."""
         g = self.gpus_per_node
@@ -301,7 +304,9 @@ class CollectivePricer:
             lats[sel] = t_lat
         return links, weights, rates, lats
 
-    def _routed_parts(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _routed_parts(
+        self, src: np.ndarray, dst: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Links/weights of arbitrary flows from the topology's router, with per-flow rate and
         latency computed in numpy over the flattened paths."""
         batch = self.topology.routes_batch(src, dst)
@@ -314,7 +319,9 @@ class CollectivePricer:
         lats = np.maximum.reduceat(plat, rstarts)
         return links, np.repeat(pw, plen), rates, lats
 
-    def _flow_links(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float, bool]:
+    def _flow_links(
+        self, src: np.ndarray, dst: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, float, float, bool]:
         """All links (with route weights) of a set of flows, their slowest rate and worst
         latency, and whether any flow leaves its node.
 
@@ -465,7 +472,9 @@ class CollectivePricer:
         return best
 
     # ---------------------------------------------------------------- pricing
-    def estimate_time_s(self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None) -> float:
+    def estimate_time_s(
+        self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None
+    ) -> float:
         """Time of a bundle alone on the network, its own flows sharing links fairly
         (calibrated tables apply when `kind` is given)."""
         if kind is not None:
@@ -504,7 +513,9 @@ class CollectivePricer:
     def _plan(self, bundle: Bundle, kind: CollectiveKind, nbytes: float, shared: bool) -> PhasePlan:
         phases = bundle.phases
         raw = tuple(ph.bytes_factor * nbytes for ph in phases)
-        plain = PhasePlan(self.params.collective_overhead_s, tuple(ph.latency_s for ph in phases), raw)
+        plain = PhasePlan(
+            self.params.collective_overhead_s, tuple(ph.latency_s for ph in phases), raw
+        )
         table = None
         if self.calibration is not None:
             table = self.calibration.collective(self.gpu, bundle.tier, kind, bundle.group_size)
@@ -523,7 +534,8 @@ class CollectivePricer:
         if not phases:  # a size-1 group moves nothing: its measured time is all overhead
             return PhasePlan(total, (), ())
         model_bw = sum(
-            b / (ph.shared_rate_Bps if shared else ph.rate_Bps) for b, ph in zip(raw, phases, strict=True)
+            b / (ph.shared_rate_Bps if shared else ph.rate_Bps)
+            for b, ph in zip(raw, phases, strict=True)
         )
         stretch = (total - alpha) / model_bw if model_bw > 0 else 1.0
         steps = sum(ph.steps for ph in phases) or 1
@@ -533,7 +545,9 @@ class CollectivePricer:
             tuple(b * stretch for b in raw),
         )
 
-    def alpha_beta_time_s(self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None) -> float:
+    def alpha_beta_time_s(
+        self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None
+    ) -> float:
         """Isolated time of a bundle: per phase latency + bytes over the bottleneck rate
         (a size-1 group still pays the collective's launch overhead); calibrated tables
         apply when `kind` is given."""
@@ -570,4 +584,7 @@ class _RingPlanner:
         ps = list(positions)
         if len(ps) <= 2:
             return [ps]
-        return [[ps[i] for i in cyc] for cyc in self.pricer._ring_cycles([int(self.gpus[q]) for q in ps])]
+        return [
+            [ps[i] for i in cyc]
+            for cyc in self.pricer._ring_cycles([int(self.gpus[q]) for q in ps])
+        ]

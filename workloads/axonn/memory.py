@@ -54,7 +54,11 @@ def block_activation_bytes(
     gelu_input = tokens * up.n_local
     residual = 2 * tokens * h_res
     lse = 4.0 * tokens * (spec.heads // qkv.g_n) / b  # fp32 log-sum-exp per head
-    scores = 0.0 if flash_attention else tokens * spec.seq_len * (spec.heads // qkv.g_n) * (4.0 * b + 1.0)
+    scores = (
+        0.0
+        if flash_attention
+        else tokens * spec.seq_len * (spec.heads // qkv.g_n) * (4.0 * b + 1.0)
+    )
     return b * (linear_inputs + layernorm_inputs + attention + gelu_input + residual + lse) + scores
 
 

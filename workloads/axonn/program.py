@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from workloads.axonn.layers import LinearLayout, block_layouts, logits_layout
 from workloads.axonn.params import Grid
-from workloads.builder import ProgramBuilder
+from workloads.builder import ProgramBuilder, microbatch_copies
 from workloads.graph import Program
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
@@ -46,6 +46,7 @@ class AxonnSetup:
     transpose_alternate: bool = True
     optimizer: str = "adam"
     flash_attention: bool = True
+    compress_microbatches: bool = True
 
 
 class _Writer(BlockEmitter[LinearLayout]):
@@ -211,8 +212,8 @@ class _Writer(BlockEmitter[LinearLayout]):
 def build_axonn_program(spec: TransformerSpec, setup: AxonnSetup) -> Program:
     """The Program of one iteration (all microbatches + gradient sync + optimizer)."""
     w = _Writer(spec, setup)
-    for _ in range(setup.microbatches):
-        w.b.begin_segment("microbatch")
+    for copies in microbatch_copies(setup.microbatches, setup.compress_microbatches):
+        w.b.begin_segment("microbatch", copies)
         w.microbatch()
         w.b.end_segment()
     w.gradient_sync_and_step()

@@ -127,6 +127,7 @@ def build_axonn_workload(
         transpose_alternate=params.transpose_alternate,
         optimizer=training.optimizer,
         flash_attention=training.flash_attention,
+        compress_microbatches=training.compress_microbatches,
     )
     program = build_axonn_program(spec, setup)
     world = grid.size

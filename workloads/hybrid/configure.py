@@ -192,6 +192,7 @@ def build_setup(
         grad_reduce_bytes=4 if data_mode != "sharded" and meg.grad_reduce_in_fp32 else 2,
         optimizer=training.optimizer,
         flash_attention=training.flash_attention,
+        compress_microbatches=training.compress_microbatches,
         gpus_per_node=cluster.gpus_per_node,
     )
     check_setup(spec, setup)

@@ -13,6 +13,7 @@ partition is rebuilt.
 
 from __future__ import annotations
 
+from workloads.builder import microbatch_copies
 from workloads.graph import Program
 from workloads.hybrid.program import StageEmitter
 from workloads.hybrid.schedule import schedule
@@ -99,14 +100,21 @@ def build_stage_program(spec: TransformerSpec, setup: HybridSetup, stage: int) -
         for c in e.chunks:
             if c.index in e.buckets:
                 e.buckets[c.index].prefetch_params()
-    passes = schedule(setup.pp, setup.microbatches, setup.virtual_stages, stage)
+    # without a pipeline every microbatch is one identical forward+backward pair: emit the
+    # first, one standing for the middle ones, and the last (see Segment.repeat)
+    copies = microbatch_copies(setup.microbatches, setup.compress_microbatches and setup.pp == 1)
+    emitted = setup.microbatches if setup.pp > 1 else len(copies)
+    e.last_index = emitted - 1
+    passes = schedule(setup.pp, emitted, setup.virtual_stages, stage)
     key = "microbatch" if setup.pp == 1 else "1f1b"
     i = 0
+    pair = 0
     while i < len(passes):
         ps = passes[i]
         paired = ps.steady and i + 1 < len(passes) and passes[i + 1].steady
         if paired:
-            e.b.begin_segment(key)
+            e.b.begin_segment(key, copies[pair] if setup.pp == 1 and pair < len(copies) else 1)
+            pair += 1
             e.forward_pass(ps)
             e.backward_pass(passes[i + 1])
             e.b.end_segment()

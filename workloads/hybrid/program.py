@@ -74,6 +74,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.buckets = self._make_buckets() if not setup.sharded and setup.dp > 1 else {}
         self.chunk = self.chunks[0]
         self.last_mb = False
+        self.last_index = setup.microbatches - 1  # of the microbatches actually emitted
         self.tied_here = any(c.first for c in self.chunks) and any(c.last for c in self.chunks)
 
     # -------------------------------------------------------------- helpers
@@ -293,7 +294,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.chunk = self.chunks[ps.chunk]
         self.layer_stop = self.chunk.stop
         self.has_head = self.chunk.last
-        self.last_mb = ps.mb == self.setup.microbatches - 1
+        self.last_mb = ps.mb == self.last_index
 
     def forward_pass(self, ps: Pass) -> None:
         """One chunk's forward on one microbatch: receive (or embed), blocks, send (or

@@ -76,6 +76,7 @@ class HybridSetup:
     grad_reduce_bytes: int = 4
     optimizer: str = "adam"
     flash_attention: bool = True
+    compress_microbatches: bool = True
     gpus_per_node: int = 8
 
     @property
@@ -162,7 +163,11 @@ def block_small_params(spec: TransformerSpec, tp: int) -> int:
 
 
 def block_shape(
-    spec: TransformerSpec, tp: int, sequence_parallel: bool, tokens: int, flash_attention: bool = True
+    spec: TransformerSpec,
+    tp: int,
+    sequence_parallel: bool,
+    tokens: int,
+    flash_attention: bool = True,
 ) -> BlockShape:
     """Per-GPU kernel sizes of a block for `tokens` tokens per microbatch."""
     lin = block_linears(spec, tp)

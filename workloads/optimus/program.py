@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from workloads.builder import ProgramBuilder
+from workloads.builder import ProgramBuilder, microbatch_copies
 from workloads.graph import Program
 from workloads.hybrid.buckets import GradBuckets
 from workloads.models import TransformerSpec
@@ -49,6 +49,7 @@ class OptimusSetup:
     prefetch_broadcasts: bool = False
     optimizer: str = "adam"
     flash_attention: bool = True
+    compress_microbatches: bool = True
     bucket_elems: int = 40_000_000
 
     @property
@@ -88,7 +89,9 @@ def summa_logits(spec: TransformerSpec, q: int) -> SummaLinear:
     return SummaLinear("logits", spec.hidden, spec.vocab, q)
 
 
-def optimus_shape(spec: TransformerSpec, q: int, tokens: int, flash_attention: bool = True) -> BlockShape:
+def optimus_shape(
+    spec: TransformerSpec, q: int, tokens: int, flash_attention: bool = True
+) -> BlockShape:
     """Per-GPU kernel sizes: every activation is a (tokens/q) x (features/q) block."""
     return BlockShape(
         res_tokens=tokens // q,
@@ -279,9 +282,10 @@ class _Writer(BlockEmitter[SummaLinear]):
 def build_optimus_program(spec: TransformerSpec, setup: OptimusSetup) -> Program:
     """The program of one iteration (every rank runs it)."""
     w = _Writer(spec, setup)
-    for mb in range(setup.microbatches):
-        w.last_mb = mb == setup.microbatches - 1
-        w.b.begin_segment("microbatch")
+    copies = microbatch_copies(setup.microbatches, setup.compress_microbatches)
+    for i, n in enumerate(copies):
+        w.last_mb = i == len(copies) - 1
+        w.b.begin_segment("microbatch", n)
         w.microbatch()
         w.b.end_segment()
     w.finish()

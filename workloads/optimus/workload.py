@@ -80,6 +80,7 @@ def optimus_setup(
         prefetch_broadcasts=params.prefetch_broadcasts,
         optimizer=training.optimizer,
         flash_attention=training.flash_attention,
+        compress_microbatches=training.compress_microbatches,
         bucket_elems=max(40_000_000, 1_000_000 * data),
     )
 
