@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar, cast
 
 from simulator.errors import ConfigError
 from topologies.types import Topology
@@ -57,7 +57,9 @@ class PaperBandwidths:
 
     machine: str
 
-    TABLES: ClassVar[dict[str, dict[Any, Any]]] = {
+    # machine -> inner product -> own size -> GB/s; "big" is the fallback key at both
+    # levels (a plain value at the top), "any" a row's value for every own size
+    TABLES: ClassVar[dict[str, dict[int | str, int | dict[int | str, int]]]] = {
         "perlmutter": {
             1: {2: 76, 4: 225, "big": 80},
             2: {2: 76, "big": 40},
@@ -82,7 +84,7 @@ class PaperBandwidths:
         table = self.TABLES[self.machine]
         row = table.get(inner)
         if row is None:
-            return float(table["big"]) * 1e9  # type: ignore[arg-type]
+            return float(cast(int, table["big"])) * 1e9
         assert isinstance(row, dict)
         if "any" in row:
             return float(row["any"]) * 1e9

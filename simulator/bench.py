@@ -17,8 +17,19 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
 
 from simulator.engine.reference import raw_simpy_rate
+
+
+class BenchResult(TypedDict):
+    """What `run_bench` returns (JSON-ready); `cases` are `run_case` rows."""
+
+    raw_simpy_events_per_s: float
+    cases: list[dict[str, Any]]
+    cases_defined: list[dict[str, Any]]
+    python: str
+    cpus: int | None
 
 
 @dataclass(frozen=True)
@@ -131,8 +142,9 @@ def run_case_inprocess(overrides: list[str]) -> dict[str, object]:
     }
 
 
-def run_case(case: Case, timeout_s: float = 1800) -> dict[str, object]:
-    """Run a case in a fresh subprocess."""
+def run_case(case: Case, timeout_s: float = 1800) -> dict[str, Any]:
+    """Run a case in a fresh subprocess (the child's JSON measurements plus the case's fields,
+    or its name and an error)."""
     cmd = [sys.executable, "-m", "simulator.bench", "--child", json.dumps(list(case.overrides))]
     env = dict(os.environ, PYTHONHASHSEED="0")
     t0 = time.perf_counter()
@@ -158,14 +170,14 @@ def run_case(case: Case, timeout_s: float = 1800) -> dict[str, object]:
     return out
 
 
-def run_bench(cases: list[Case], progress: object = None) -> dict[str, object]:
+def run_bench(cases: list[Case], progress: object = None) -> BenchResult:
     """Run the reference loop and all cases; the result is JSON-ready."""
     raw = raw_simpy_rate()
     rows = []
     for c in cases:
         row = run_case(c)
         if "events_per_s" in row:
-            row["ratio_to_raw_simpy"] = float(row["events_per_s"]) / raw  # type: ignore[arg-type]
+            row["ratio_to_raw_simpy"] = float(row["events_per_s"]) / raw
         rows.append(row)
         if callable(progress):
             progress(row)

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"axsim: error: {e}", file=sys.stderr)
         return 2
     except ImportError as e:
-        if getattr(e, "name", None) in _optional_modules():
+        if e.name is not None and e.name in _optional_modules():
             print(
                 f"axsim: error: {e.name} is not installed ({_optional_modules()[e.name]})",
                 file=sys.stderr,

@@ -108,7 +108,7 @@ def _graph(
     if kind is CollectiveKind.SEND_RECV:
         if p != 2:
             raise ConfigError("send-recv needs --group 2")
-        programs = (
+        programs: tuple[Program, ...] = (
             Program("send", (SendOp("send", "g", 1, nbytes, "t", "p2p"),)),
             Program("recv", (RecvOp("recv", "g", 0, nbytes, "t", "p2p"),)),
             Program("idle", ()),

@@ -11,6 +11,7 @@ engine_mode, wall_time_s, events (plus extra detail keys).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -123,7 +124,10 @@ def build_report(
     critical = max(tl.ranks, key=lambda r: float(tl.rank(r).end_s.max(initial=0.0)))
     rank_tl = tl.rank(critical)
     bd = with_virtual_copies(
-        rank_tl, breakdown(rank_tl), list(tl.metadata.get("virtual_copies", []))
+        rank_tl,
+        breakdown(rank_tl),
+        # the engine records (first, stop, extra) triples here (Engine._result)
+        list(cast("list[tuple[int, int, int]]", tl.metadata.get("virtual_copies", []))),
     )
     t = result.iteration_time_s
     gpus = tl.world_size

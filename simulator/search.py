@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from simulator.analytical import (
     BandwidthFn,
@@ -26,6 +27,9 @@ from workloads.axonn.params import AxonnParallel, Grid
 from workloads.axonn.workload import TrainingSetup, check_grid, choose_microbatch, memory_for
 from workloads.errors import WorkloadError
 from workloads.models import TransformerSpec
+
+if TYPE_CHECKING:
+    from simulator.api import Result
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def bandwidth_provider(config: ExperimentConfig, source: str, gpus_per_node: int
         raise ConfigError(f"--bandwidths must be 'topology' or 'paper', got '{source}'")
     from simulator.build import build_topology
 
-    def build(nodes: int):  # type: ignore[no-untyped-def]
+    def build(nodes: int):
         return build_topology(config.cluster.model_copy(update={"nodes": nodes, "gpus": None}))
 
     return TopologyBandwidths(config.cluster.machine, gpus_per_node, build, config.engine.network)
@@ -122,7 +126,7 @@ def simulate_candidates(
     candidates: list[Candidate],
     top: int,
     on_done: Callable[[int, int], None] | None = None,
-) -> tuple[list[Candidate], object]:
+) -> tuple[list[Candidate], Result | None]:
     """Simulate the first `top` candidates; returns all candidates (simulated ranks set)
     and the Result of the best simulated one."""
     from simulator.api import simulate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,13 +32,13 @@ def register(app: click.Group) -> None:
             cases = [c for c in cases if only.lower() in c.name.lower()]
         console = Console(stderr=True)
 
-        def show(row: dict[str, object]) -> None:
+        def show(row: dict[str, Any]) -> None:
             if "error" in row:
                 console.print(f"[red]{row['name']}: {row['error']}[/]")
             else:
                 console.print(
                     f"{row['name']}: {row['wall_time_s']:.2f} s, {int(row['peak_rss_bytes']) / 2**30:.2f} GiB"
-                )  # type: ignore[arg-type]
+                )
 
         result = run_bench(cases, show)
         Path(out_file).write_text(json.dumps(result, indent=2))
@@ -55,7 +56,7 @@ def register(app: click.Group) -> None:
             "target",
         ):
             table.add_column(col, justify="right" if col != "case" else "left")
-        for r in result["cases"]:  # type: ignore[union-attr]
+        for r in result["cases"]:
             if "error" in r:
                 table.add_row(r["name"], "error", r["error"], "", "", "", "", r.get("target", ""))
                 continue

@@ -129,7 +129,6 @@ def _params_from_mapping(d: Mapping[str, Any], where: str) -> KernelParams:
     us = 1e-6
     scalars = {
         "gemm_peak_fraction": _positive(d, "gemm_peak_fraction", where),
-        "fitted_gemm_peak": bool(d.get("fitted_gemm_peak", False)),
         "hbm_efficiency": _positive(d, "hbm_efficiency", where),
         "launch_overhead_s": _positive(d, "launch_overhead_us", where, allow_zero=True) * us,
         "min_kernel_s": _positive(d, "min_kernel_us", where, allow_zero=True) * us,
@@ -152,7 +151,12 @@ def _params_from_mapping(d: Mapping[str, Any], where: str) -> KernelParams:
         "attention_bwd_fraction": _positive(attn, "bwd_fraction", f"{where} attention"),
     }
     tiles, scale = _tiles_and_scales(d, where)
-    return KernelParams(dtype_peak_scale=scale, gemm_tiles=tiles, **scalars)
+    return KernelParams(
+        fitted_gemm_peak=bool(d.get("fitted_gemm_peak", False)),
+        dtype_peak_scale=scale,
+        gemm_tiles=tiles,
+        **scalars,
+    )
 
 
 def kernel_params(gpu: GpuSpec, defaults_path: str | Path | None = None) -> KernelParams:

@@ -165,7 +165,7 @@ class Engine:
         self.env = simpy.Environment()
         self.stats = NetworkStats()
         self.net = build_network(self.cost.network, self.env, self.cost.pricer, self.stats)
-        self.pending: dict[Hashable, _Pending] = {}
+        self.pending: dict[tuple[object, ...], _Pending] = {}
         self.work: deque[tuple[_Rank, int]] = deque()
         self.instances_cache: dict[Hashable, tuple[Hashable, np.ndarray]] = {}
         self.processed = 0
@@ -205,12 +205,12 @@ class Engine:
         self.program_end = max((r.prog.num_ops for r in self.ranks), default=0)
         self.gate = self.program_end
 
-    def _comm_estimator(self, rank: int):  # type: ignore[no-untyped-def]
+    def _comm_estimator(self, rank: int):
         """Isolated duration estimates of `rank`'s communication ops (for overlap)."""
         pricer = self.cost.pricer
         view = self.view
 
-        def estimate(info) -> float:  # type: ignore[no-untyped-def]
+        def estimate(info) -> float:
             # every instance of the group kind at once (as in a lockstep iteration), the same
             # in both engine modes so both stretch the same ops
             gv = view.groups[info.group]
@@ -428,7 +428,7 @@ class Engine:
         ck = (group, *key[1:2], *key[2:4]) if len(key) == 5 else (group, key[1])
         got = self.instances_cache.get(ck)
         if got is not None:
-            return got  # type: ignore[return-value]
+            return got
         gv = self.view.groups[group]
         kc = int(key[1])  # type: ignore[call-overload]
         rows = gv.rows[kc]
@@ -536,7 +536,7 @@ class Engine:
         cache: dict[int, object] = {}
         by_rank = {r.rank: r for r in self.ranks}
 
-        def loader(rank: int):  # type: ignore[no-untyped-def]
+        def loader(rank: int):
             rr = by_rank[rank]
             return rank_timeline(rr.rank, rr.prog, rr.start, rr.end, rr.sync, cache)
 

@@ -16,7 +16,7 @@ def raw_simpy_rate(events: int = 400_000) -> float:
     env = simpy.Environment()
     per = max(events // 100, 1)
 
-    def proc(env: simpy.Environment):  # type: ignore[no-untyped-def]
+    def proc(env: simpy.Environment):
         for _ in range(per):
             yield env.timeout(1)
 

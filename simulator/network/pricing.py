@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import permutations
+from typing import cast
 
 import numpy as np
 
@@ -96,7 +97,8 @@ class CollectivePricer:
         node = topology.devices.node[topology.gpus]
         self.gpu_node = node.astype(np.int64)
         self.gpu_local = topology.devices.local_index[topology.gpus].astype(np.int64)
-        self.package_size = int(topology.metadata.get("package_size", 1) or 1)
+        # topology builders store these metadata entries as ints (see topologies/machines.py)
+        self.package_size = int(cast("int | None", topology.metadata.get("package_size", 1)) or 1)
         self.homogeneous = bool(topology.metadata.get("homogeneous_nodes", True))
         self._gpu_at: dict[tuple[int, int], int] = {
             (int(nd), int(lc)): g
@@ -104,7 +106,7 @@ class CollectivePricer:
         }
         self._bw_list: list[float] = self.bandwidth_Bps.tolist()
         self._lat_list: list[float] = np.asarray(self.latency_s, dtype=np.float64).tolist()
-        lpn = topology.metadata.get("links_per_node")
+        lpn = cast("int | None", topology.metadata.get("links_per_node"))
         self.links_per_node = int(lpn) if lpn and self.homogeneous else 0  # 0 = no node templates
         self.gpus_per_node = int(topology.gpus_per_node)
         self._latency = np.asarray(self.latency_s, dtype=np.float64)

@@ -306,7 +306,9 @@ def hierarchical_schedule(
     fraction = 1.0  # share of S each position still owns entering a level
     # rings at level 0 are the units; at level 1 the units of level 1 restricted to same
     # index-within-level-0-unit; the top ring links same-index positions across nodes.
-    index_in_unit = {q: (i,) for units in levels[:1] for u in units for i, q in enumerate(u)}
+    index_in_unit: dict[int, tuple[int, ...]] = {
+        q: (i,) for units in levels[:1] for u in units for i, q in enumerate(u)
+    }
     current_units = levels[0]
     for lvl in range(len(levels) + 1):
         if lvl == 0:
