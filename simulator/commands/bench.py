@@ -70,5 +70,8 @@ def register(app: click.Group) -> None:
                 f"{r['ops_simulated']:,} / {r['ops_represented']:,}",
                 r.get("target", ""),
             )
-        Console().print(table)
+        out = Console()
+        if not out.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
+            out = Console(width=200)
+        out.print(table)
         click.echo(f"results written to {out_file}")
