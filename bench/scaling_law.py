@@ -72,7 +72,7 @@ def axes(quick: bool) -> dict[str, list[tuple[str, Case]]]:
         )
         for n in layers
     ]
-    # 4,096 GCDs, data 64, microbatch 1 sequence of 2,048 tokens: microbatches = tokens/2^17
+    # 4,096 GCDs, data 64, Z 8 (a microbatch of 1 sequence per Z rank): m microbatches = m x 64 x 8 sequences
     mbs = [4, 16, 64, 256] if not quick else [4, 16]
     for virtual in ("true", "false"):
         out[f"symmetric: microbatches (4,096 GCDs, virtual_microbatches={virtual})"] = [
@@ -82,7 +82,7 @@ def axes(quick: bool) -> dict[str, list[tuple[str, Case]]]:
                     f"sym microbatches {m} virtual={virtual}",
                     **_base("symmetric", "frontier", 4096, "gpt-80b", (8, 1, 8, 64)),
                     **{
-                        "training.batch_tokens": m * 64 * 2048,
+                        "training.batch_tokens": m * 64 * 8 * 2048,
                         "training.microbatch_sequences": 1,
                         "engine.virtual_microbatches": virtual,
                     },
@@ -119,7 +119,10 @@ def axes(quick: bool) -> dict[str, list[tuple[str, Case]]]:
             _case(
                 f"full microbatches {m}",
                 **_base("full", "perlmutter", 256, "gpt-20b", (4, 1, 4, 16)),
-                **{"training.batch_tokens": m * 16 * 2048, "training.microbatch_sequences": 1},
+                **{
+                    "training.batch_tokens": m * 16 * 4 * 2048,
+                    "training.microbatch_sequences": 1,
+                },
             ),
         )
         for m in fmbs
