@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,86 +48,62 @@ def _base(
     }
 
 
+def _axis(
+    label: str, values: list[int], point: Callable[[int], dict[str, object]]
+) -> list[tuple[str, Case]]:
+    """One axis: a case per value, built from `point(value)` (the config overrides)."""
+    return [(str(v), _case(f"{label} {v}", **point(v))) for v in values]
+
+
 def axes(quick: bool) -> dict[str, list[tuple[str, Case]]]:
     """Axis name -> (label, case) points."""
-    out: dict[str, list[tuple[str, Case]]] = {}
-    gpus = [512, 2048, 8192, 32768] if not quick else [512, 2048]
-    out["symmetric: GPUs (GPT-80B, Frontier, 8x1x8xD)"] = [
-        (
-            str(g),
-            _case(
-                f"sym gpus {g}", **_base("symmetric", "frontier", g, "gpt-80b", (8, 1, 8, g // 64))
-            ),
-        )
-        for g in gpus
-    ]
-    layers = [20, 40, 80, 160] if not quick else [20, 40]
-    out["symmetric: layers (GPT-80B shape, 4,096 Frontier GCDs)"] = [
-        (
-            str(n),
-            _case(
-                f"sym layers {n}",
-                **_base("symmetric", "frontier", 4096, "gpt-80b", (8, 1, 8, 64)),
-                **{"model.layers": n},
-            ),
-        )
-        for n in layers
-    ]
-    # 4,096 GCDs, data 64, Z 8 (a microbatch of 1 sequence per Z rank): m microbatches = m x 64 x 8 sequences
-    mbs = [4, 16, 64, 256] if not quick else [4, 16]
+
+    def pick(full: list[int]) -> list[int]:
+        return full[:2] if quick else full
+
+    def frontier(gpus: int, data: int) -> dict[str, object]:
+        return _base("symmetric", "frontier", gpus, "gpt-80b", (8, 1, 8, data))
+
+    def perlmutter(gpus: int, data: int) -> dict[str, object]:
+        return _base("full", "perlmutter", gpus, "gpt-20b", (4, 1, 4, data))
+
+    out = {
+        "symmetric: GPUs (GPT-80B, Frontier, 8x1x8xD)": _axis(
+            "sym gpus", pick([512, 2048, 8192, 32768]), lambda g: frontier(g, g // 64)
+        ),
+        "symmetric: layers (GPT-80B shape, 4,096 Frontier GCDs)": _axis(
+            "sym layers",
+            pick([20, 40, 80, 160]),
+            lambda n: {**frontier(4096, 64), "model.layers": n},
+        ),
+    }
+    # data 64 x Z 8 with 1 sequence per microbatch and Z rank: m microbatches = m x 512 seqs
     for virtual in ("true", "false"):
-        out[f"symmetric: microbatches (4,096 GCDs, virtual_microbatches={virtual})"] = [
-            (
-                str(m),
-                _case(
-                    f"sym microbatches {m} virtual={virtual}",
-                    **_base("symmetric", "frontier", 4096, "gpt-80b", (8, 1, 8, 64)),
-                    **{
-                        "training.batch_tokens": m * 64 * 8 * 2048,
-                        "training.microbatch_sequences": 1,
-                        "engine.virtual_microbatches": virtual,
-                    },
-                ),
-            )
-            for m in mbs
-        ]
-    fgpus = [64, 256, 1024] if not quick else [64, 256]
-    out["full: GPUs (GPT-20B, Perlmutter, 4x1x4xD)"] = [
-        (
-            str(g),
-            _case(
-                f"full gpus {g}", **_base("full", "perlmutter", g, "gpt-20b", (4, 1, 4, g // 16))
-            ),
+        out[f"symmetric: microbatches (4,096 GCDs, virtual_microbatches={virtual})"] = _axis(
+            f"sym microbatches virtual={virtual}",
+            pick([4, 16, 64, 256]),
+            lambda m, v=virtual: {
+                **frontier(4096, 64),
+                "training.batch_tokens": m * 64 * 8 * 2048,
+                "training.microbatch_sequences": 1,
+                "engine.virtual_microbatches": v,
+            },
         )
-        for g in fgpus
-    ]
-    flayers = [12, 24, 48, 96] if not quick else [12, 24]
-    out["full: layers (GPT-20B shape, 256 Perlmutter GPUs)"] = [
-        (
-            str(n),
-            _case(
-                f"full layers {n}",
-                **_base("full", "perlmutter", 256, "gpt-20b", (4, 1, 4, 16)),
-                **{"model.layers": n},
-            ),
-        )
-        for n in flayers
-    ]
-    fmbs = [4, 16, 64] if not quick else [4, 16]
-    out["full: microbatches (256 Perlmutter GPUs)"] = [
-        (
-            str(m),
-            _case(
-                f"full microbatches {m}",
-                **_base("full", "perlmutter", 256, "gpt-20b", (4, 1, 4, 16)),
-                **{
-                    "training.batch_tokens": m * 16 * 4 * 2048,
-                    "training.microbatch_sequences": 1,
-                },
-            ),
-        )
-        for m in fmbs
-    ]
+    out["full: GPUs (GPT-20B, Perlmutter, 4x1x4xD)"] = _axis(
+        "full gpus", pick([64, 256, 1024]), lambda g: perlmutter(g, g // 16)
+    )
+    out["full: layers (GPT-20B shape, 256 Perlmutter GPUs)"] = _axis(
+        "full layers", pick([12, 24, 48, 96]), lambda n: {**perlmutter(256, 16), "model.layers": n}
+    )
+    out["full: microbatches (256 Perlmutter GPUs)"] = _axis(
+        "full microbatches",
+        pick([4, 16, 64]),
+        lambda m: {
+            **perlmutter(256, 16),
+            "training.batch_tokens": m * 16 * 4 * 2048,
+            "training.microbatch_sequences": 1,
+        },
+    )
     return out
 
 
