@@ -27,15 +27,28 @@ from workloads.ops import CollectiveKind
 LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an instant
 
 
+class _Call(simpy.Event):
+    """A triggered, successful event (what Event.succeed() would set) that runs `fn`.
+
+    Cheaper than Event + succeed + a closure: this is the engine's most frequent object."""
+
+    def __init__(self, env: simpy.Environment, fn: Callable[[], None]) -> None:
+        self.env = env
+        self.callbacks = [_fire]
+        self._ok = True
+        self._value = None
+        self.fn = fn
+
+
+def _fire(ev: simpy.Event) -> None:
+    ev.fn()  # type: ignore[attr-defined]
+
+
 def call_at(
     env: simpy.Environment, delay_ps: int, fn: Callable[[], None], priority: int = 1
 ) -> None:
     """Run `fn` after `delay_ps` simulated picoseconds, via simpy's public `schedule`."""
-    ev = simpy.Event(env)
-    ev._ok = True  # a triggered, successful event (what Event.succeed() would set)
-    ev._value = None
-    ev.callbacks.append(lambda _e: fn())
-    env.schedule(ev, priority, delay_ps)  # type: ignore[arg-type]
+    env.schedule(_Call(env, fn), priority, delay_ps)  # type: ignore[arg-type]
 
 
 @dataclass(eq=False)
@@ -148,7 +161,7 @@ class ContentionNetwork:
 
     def _after(self, delay_ps: int, fn: Callable[[], None], priority: int = 1) -> None:
         self.stats.simpy_events += 1
-        call_at(self.env, delay_ps, fn, priority)
+        self.env.schedule(_Call(self.env, fn), priority, delay_ps)  # type: ignore[arg-type]
 
     def _begin(self, act: Activation) -> None:
         act.bundles = self.pricer.bundles(
