@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -126,5 +126,31 @@ def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
 
         def update(done: int, total: int, sim_s: float) -> None:
             bar.update(task, completed=done, total=max(total, 1), t=format_seconds(sim_s))
+
+        yield update
+
+
+CountFn = Callable[[str, int, int], None]
+"""count(description, done, total)."""
+
+
+@contextmanager
+def count_bar(enabled: bool, label: str, unit: str) -> Iterator[CountFn | None]:
+    """A transient rich progress bar on stderr counting finished items (terminals only)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} " + unit),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=1)
+
+        def update(description: str, done: int, total: int) -> None:
+            bar.update(task, description=description, completed=done, total=max(total, 1))
 
         yield update

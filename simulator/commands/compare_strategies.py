@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import click
 
@@ -13,7 +10,6 @@ from simulator.errors import ConfigError
 from simulator.strategy_search import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_STRATEGIES,
-    Progress,
     StrategyOutcome,
     compare_strategies,
     outcomes_json,
@@ -80,31 +76,6 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
     )
 
 
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Progress | None]:
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as Bar
-
-    with Bar(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} configurations"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task("searching", total=1)
-
-        def update(strategy: str, done: int, total: int) -> None:
-            bar.update(task, description=strategy, completed=done, total=max(total, 1))
-
-        yield update
-
-
 def register(app: click.Group) -> None:
     @app.command("compare-strategies")
     @click.option("--machine", required=True, help="Machine preset, e.g. dgx-h100.")
@@ -150,7 +121,9 @@ def register(app: click.Group) -> None:
             raise ConfigError(f"--gpus: must be positive, got {gpus}")
         if max_candidates < 1:
             raise ConfigError(f"--max-candidates: must be positive, got {max_candidates}")
-        with _progress(progress) as bar:
+        from simulator.render import count_bar
+
+        with count_bar(progress, "searching", "configurations") as bar:
             outcomes = compare_strategies(
                 machine,
                 gpus,

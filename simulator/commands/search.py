@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -36,6 +35,9 @@ def register(app: click.Group) -> None:
         "--set", "sets", multiple=True, help="Override any config field (section.field=value)."
     )
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: ranked and best.")
+    @click.option(
+        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
+    )
     def search_cmd(
         config: str | None,
         machine: str | None,
@@ -47,6 +49,7 @@ def register(app: click.Group) -> None:
         bandwidths: str,
         sets: tuple[str, ...],
         as_json: bool,
+        progress: bool,
     ) -> None:
         """Find the best AxoNN grid: analytical ranking of all grids, then simulation of the top K."""
         from simulator.errors import ConfigError
@@ -74,13 +77,13 @@ def register(app: click.Group) -> None:
             raise ConfigError(
                 f"no valid, memory-feasible AxoNN grid for {cfg.model.name} on {n} GPUs"
             )
-        progress = None
-        if sys.stderr.isatty() and not as_json:
-            print(
-                f"simulating the model's top {min(top, len(ranked))} of {len(ranked)} grids...",
-                file=sys.stderr,
+        from simulator.render import count_bar
+
+        label = f"simulating the model's top {min(top, len(ranked))} of {len(ranked)} grids"
+        with count_bar(progress, label, "grids") as bar:
+            ranked, best = simulate_candidates(
+                cfg, ranked, top, None if bar is None else lambda done, n: bar(label, done, n)
             )
-        ranked, best = simulate_candidates(cfg, ranked, top, progress)
         if as_json:
             click.echo(
                 json.dumps(
