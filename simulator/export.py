@@ -21,27 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from simulator.api import Result
-from simulator.export_kineto import write_kineto_traces
+from simulator.export_kineto import COLLECTIVE_NAMES, kernel_name, write_kineto_traces
 from simulator.timeline import COMM_KINDS, RankTimeline
-
-NCCL_NAMES = {
-    "all-reduce": "AllReduce",
-    "all-gather": "AllGather",
-    "reduce-scatter": "ReduceScatter",
-    "all-to-all": "AllToAll",
-    "broadcast": "Broadcast",
-    "reduce": "Reduce",
-    "send-recv": "SendRecv",
-}
-COLLECTIVE_NAMES = {
-    "all-reduce": "allreduce",
-    "all-gather": "_allgather_base",
-    "reduce-scatter": "_reduce_scatter_base",
-    "all-to-all": "all_to_all",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "send-recv": "send",
-}
 
 
 def default_trace_ranks(world: int, limit: int = 8) -> list[int]:
@@ -272,7 +253,7 @@ def chrome_trace_events(timelines: list[RankTimeline], world_size: int) -> list[
                         "op": name,
                     }
                 )
-                name = f"ncclDevKernel_{NCCL_NAMES[kind]}_{name}"
+                name = kernel_name(kind, name)
                 key = (group, name, occurrence.setdefault((group, name), 0))
                 occurrence[(group, name)] += 1
                 first = flow_first.get(key)

@@ -61,22 +61,36 @@ class ProgramBuilder:
         dtype_bytes: int = 2,
     ) -> int:
         """Issue a kernel on the compute stream."""
-        idx = len(self.ops)
+        idx = self._kernel(name, kind, flops, nbytes, COMPUTE_STREAM, deps, shape, dtype_bytes)
+        self._last_compute = idx
+        return idx
+
+    def _kernel(
+        self,
+        name: str,
+        kind: ComputeKind,
+        flops: float,
+        nbytes: float,
+        stream: str,
+        deps: tuple[int, ...],
+        shape: tuple[int, ...] = (),
+        dtype_bytes: int = 2,
+    ) -> int:
+        """Append a kernel on `stream` in the current phase; returns its op index."""
         self.ops.append(
             ComputeOp(
                 name,
                 kind,
                 float(flops),
                 float(nbytes),
-                COMPUTE_STREAM,
+                stream,
                 tuple(sorted(set(deps))),
                 shape,
                 dtype_bytes,
                 self.phase,
             )
         )
-        self._last_compute = idx
-        return idx
+        return len(self.ops) - 1
 
     def gemm(self, name: str, m: int, n: int, k: int, dtype_bytes: int = 2, batch: int = 1) -> int:
         """C (m x n) = A (m x k) B (k x n) on the compute stream."""

@@ -169,6 +169,8 @@ class Engine:
         self.work: deque[tuple[_Rank, int]] = deque()
         self.instances_cache: dict[Hashable, tuple[Hashable, np.ndarray]] = {}
         self.processed = 0
+        # (first op, stop op, extra copies) of repeated bodies counted but not simulated
+        self.virtual_copies: list[tuple[int, int, int]] = []
         self.next_report = 0
         compiled: dict[tuple[int, float], CompiledProgram] = {}
         durations: dict[object, int] = {}
@@ -236,7 +238,6 @@ class Engine:
         self.setup_time_s += time.perf_counter() - t0  # proving repetition is setup too
         self._require_proof(runs)
         skipped = 0
-        self.virtual_copies: list[tuple[int, int, int]] = []
         for run in runs:
             b_i, b_next = run.first.start, run.segments[1].start
             t_i = self._run_until(b_i)
@@ -552,7 +553,7 @@ class Engine:
                 "network": self.cost.network,
                 # (first op, stop op, extra copies): records [first, stop) of every simulated
                 # rank stand for `extra` more identical copies not in the timeline
-                "virtual_copies": list(getattr(self, "virtual_copies", [])),
+                "virtual_copies": list(self.virtual_copies),
             },
         )
         return EngineResult(

@@ -5,39 +5,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from validation.figures.runner import Progress
-
-
-@contextmanager
-def _progress_bar(enabled: bool) -> Iterator[Progress | None]:
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as Bar
-
-    with Bar(
-        TextColumn("[bold]figures"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task("", total=1)
-
-        def update(done: int, total: int, label: str) -> None:
-            bar.update(task, completed=done, total=max(total, 1), description=label)
-
-        yield update
+from validation.commands.progress import item_bar
 
 
 def register(app: click.Group) -> None:
@@ -96,7 +68,7 @@ def register(app: click.Group) -> None:
             raise ConfigError(f"--jobs must be positive, got {jobs}")
         jobs = jobs or os.cpu_count() or 1
         timings: dict[str, float] = {}
-        with _progress_bar(progress) as bar:
+        with item_bar(progress, "figures", "figures") as bar:
             outputs, wall = build_figures(
                 figures, Path(out_dir), reduced=reduced, jobs=jobs, progress=bar, timings=timings
             )

@@ -9,41 +9,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import click
 
-from validation.figures.runner import Progress
+from validation.commands.progress import item_bar
 from validation.validate import CaseResult
 
 STYLE = {"ok": "green", "outside": "bold red", "failed": "bold red", "info": "yellow"}
-
-
-@contextmanager
-def _progress_bar(enabled: bool) -> Iterator[Progress | None]:
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as Bar
-
-    with Bar(
-        TextColumn("[bold]validate"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task("", total=1)
-
-        def update(done: int, total: int, label: str) -> None:
-            bar.update(task, completed=done, total=max(total, 1), description=label)
-
-        yield update
 
 
 def _num(v: float | None, digits: int = 4) -> str:
@@ -136,7 +108,7 @@ def register(app: click.Group) -> None:
             return
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs must be positive, got {jobs}")
-        with _progress_bar(progress) as bar:
+        with item_bar(progress, "validate", "cases") as bar:
             results, wall = run_validation(
                 cases, reduced=reduced, jobs=jobs or os.cpu_count() or 1, progress=bar
             )

@@ -10,7 +10,7 @@ chain on a reduction stream, overlapping the backward.
 from __future__ import annotations
 
 from workloads.builder import ProgramBuilder, comm_stream
-from workloads.ops import CollectiveKind, CollectiveOp, ComputeKind, ComputeOp, RecvOp, SendOp
+from workloads.ops import CollectiveKind, CollectiveOp, ComputeKind, RecvOp, SendOp
 
 
 class StreamBuilder(ProgramBuilder):
@@ -27,21 +27,7 @@ class StreamBuilder(ProgramBuilder):
     ) -> int:
         """A kernel on `stream` (after its previous op and `deps`); the compute stream
         does not wait for it."""
-        idx = len(self.ops)
-        self.ops.append(
-            ComputeOp(
-                name,
-                kind,
-                float(flops),
-                float(nbytes),
-                stream,
-                tuple(sorted(set(deps))),
-                (),
-                2,
-                self.phase,
-            )
-        )
-        return idx
+        return self._kernel(name, kind, flops, nbytes, stream, deps)
 
     def side_collective(
         self,
