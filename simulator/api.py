@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from simulator.build import build_cost_model, build_topology, network_params_for
+from simulator.build import build_cost_model, build_topology
 from simulator.config import ExperimentConfig
 from simulator.engine.core import Engine, EngineResult, MaterializationRequired, ProgressFn
+from simulator.network.params import network_params_for
 from simulator.report import Report, build_report
 from simulator.workload import WorkloadPlan, build_plan
 from topologies.hardware import gpu_spec
@@ -44,7 +45,7 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     from simulator.cost.kernels import KernelModel
 
     kernels = KernelModel(gpu, calibration=calibration)
-    params = network_params_for(topology, config.engine.calibration)
+    params = network_params_for(topology)
     cost = build_cost_model(
         config,
         topology,

@@ -6,7 +6,7 @@ from simulator.config import ClusterConfig, ExperimentConfig
 from simulator.cost.calibration import Calibration
 from simulator.costmodel import CostModel, KernelTimer
 from simulator.errors import ConfigError
-from simulator.network.params import NetworkParams, default_network_params
+from simulator.network.params import NetworkParams, network_params_for
 from simulator.network.pricing import CollectivePricer
 from topologies.types import Topology
 
@@ -48,7 +48,7 @@ def build_cost_model(
     collective tables, if any), network fidelity."""
     pricer = CollectivePricer(
         topology,
-        params or default_network_params(),
+        params or network_params_for(topology),
         config.engine.collective_algorithm,
         calibration=calibration,
         gpu=gpu,
@@ -57,10 +57,3 @@ def build_cost_model(
     return CostModel(
         kernels=kernels, pricer=pricer, network=config.engine.network, overlap_slowdown=slowdown
     )
-
-
-def network_params_for(topology: Topology, calibration: str | None = None) -> NetworkParams:
-    """Network parameters of a topology (the documented defaults). Calibrations enter the
-    pricer as collective tables (see CollectivePricer.plan), not as parameter changes."""
-    del topology, calibration
-    return default_network_params()

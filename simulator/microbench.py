@@ -18,7 +18,7 @@ from simulator.cost.calibration import Calibration
 from simulator.costmodel import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.errors import ConfigError
-from simulator.network.params import NetworkParams, default_network_params
+from simulator.network.params import NetworkParams, network_params_for
 from simulator.network.pricing import CollectivePricer
 from topologies.types import Topology
 from workloads.graph import OpGraph, Program
@@ -160,7 +160,7 @@ def collective_sweep(
     )
     pricer = CollectivePricer(
         topology,
-        params if params is not None else default_network_params(),
+        params if params is not None else network_params_for(topology),
         algorithm,
         calibration=calibration,
     )

@@ -6,7 +6,7 @@ does this machine have?" cheaply.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from topologies.errors import TopologyError
+from topologies.types import LINK_KINDS
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class MachinePreset:
     nics_per_node: int
     nic_bandwidth_GBps: float
     fabric: dict[str, Any]
+    # Measured achievable fraction of raw bandwidth per link kind on this machine (its
+    # collective library and NIC stack), overriding the network defaults for these kinds.
+    link_efficiency: dict[str, float] = field(default_factory=dict)
 
 
 @cache
@@ -45,9 +49,30 @@ def machine_presets() -> dict[str, MachinePreset]:
             nics_per_node=int(d["nics_per_node"]),
             nic_bandwidth_GBps=float(d["nic_bandwidth_GBps"]),
             fabric=dict(d["fabric"]),
+            link_efficiency=_link_efficiency(name, d.get("link_efficiency")),
         )
         for name, d in raw.items()
     }
+
+
+def _link_efficiency(machine: str, raw: object) -> dict[str, float]:
+    """Validated per-kind efficiencies of a preset: known link kinds, values in (0, 1]."""
+    if raw is None:
+        return {}
+    where = f"machines.yaml: {machine}.link_efficiency"
+    if not isinstance(raw, dict):
+        raise TopologyError(f"{where} must be a mapping of link kind to efficiency")
+    kinds = {k.value for k in LINK_KINDS}
+    out: dict[str, float] = {}
+    for kind, value in raw.items():
+        if kind not in kinds:
+            raise TopologyError(
+                f"{where}.{kind}: unknown link kind (known: {', '.join(sorted(kinds))})"
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            raise TopologyError(f"{where}.{kind} must be in (0, 1], got {value!r}")
+        out[str(kind)] = float(value)
+    return out
 
 
 def machine_preset(name: str) -> MachinePreset:

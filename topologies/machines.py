@@ -70,7 +70,8 @@ def build_machine(
     A `Topology` with a structural router and `metadata`: machine, nodes, gpus_per_node,
     nics_per_node, package_size, node_type, nic_bandwidth_GBps, injection_per_gpu_GBps,
     bisection_GBps (None for one node), minimal_bisection_GBps, routing, fabric (its
-    parameters), gpu_nic (NIC number used by each GPU of a node), homogeneous_nodes.
+    parameters), gpu_nic (NIC number used by each GPU of a node), homogeneous_nodes, link_efficiency
+    (the preset's measured per-kind efficiencies; the network parameters apply them).
 
     Raises
     ------
@@ -128,6 +129,7 @@ def build_machine(
         "gpu_nic": list(template.gpu_nic),
         "homogeneous_nodes": True,
         "links_per_node": template.num_links,
+        "link_efficiency": dict(preset.link_efficiency),
     }
     return Topology(
         name=f"{preset.name}-{n}n",

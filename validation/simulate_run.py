@@ -17,7 +17,7 @@ from simulator.cost.kernels import KernelModel
 from simulator.costmodel import CostModel
 from simulator.engine.core import Engine
 from simulator.errors import SimulatorError
-from simulator.network.params import default_network_params
+from simulator.network.params import network_params_for
 from simulator.network.pricing import CollectivePricer
 from simulator.timeline import Timeline
 from topologies.catalogue import machine_preset
@@ -51,7 +51,11 @@ def simulate_torch4d(
     topology = build_machine(machine, max(1, math.ceil(world / preset.gpus_per_node)))
     kernels = KernelModel(topology.gpu_type, calibration=calibration)
     pricer = CollectivePricer(
-        topology, default_network_params(), "auto", calibration=calibration, gpu=topology.gpu_type
+        topology,
+        network_params_for(topology),
+        "auto",
+        calibration=calibration,
+        gpu=topology.gpu_type,
     )
     cost = CostModel(kernels, pricer, network, overlap_slowdown=kernels.overlap_slowdown)
     graph = build_torch4d_graph(spec)

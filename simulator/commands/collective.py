@@ -80,14 +80,14 @@ def register(app: click.Group) -> None:
         as_json: bool,
     ) -> None:
         """Time a collective for a sweep of message sizes (time, algbw, busbw)."""
-        from simulator.build import network_params_for
+        from simulator.network.params import network_params_for
         from topologies.machines import build_machine
 
         topo = build_machine(
             machine, nodes, nics_per_node=nics_per_node, nic_bandwidth_GBps=nic_bandwidth
         )
         sizes = parse_size_sweep(size, factor)
-        params = network_params_for(topo, calibration)
+        params = network_params_for(topo)
         cal = None
         if calibration:
             from simulator.cost.calibration import load_calibration

@@ -1,7 +1,8 @@
 """Parameters shared by the network models: link efficiency and latency terms.
 
-Defaults come from `data/network_defaults.yaml` (sources documented there); a calibration
-file or the config can replace them. `NetworkParams.ideal()` switches every overhead off,
+Defaults come from `data/network_defaults.yaml` (sources documented there); a machine
+preset may replace a link kind's efficiency with its own measured value
+(`network_params_for`); a calibration file adds collective tables on top. `NetworkParams.ideal()` switches every overhead off,
 which is what the closed-form oracles need.
 """
 
@@ -44,6 +45,20 @@ class NetworkParams:
         """Per-link achievable bandwidth (B/s): raw bandwidth times its kind's efficiency."""
         eff = np.array([self.efficiency_of(k.value) for k in LINK_KINDS], dtype=np.float64)
         return topology.links.bandwidth_Bps * eff[topology.links.kind.astype(np.int64)]
+
+
+def network_params_for(topology: Topology) -> NetworkParams:
+    """The defaults with the machine's measured per-kind efficiencies applied (a preset's
+    `link_efficiency` in machines.yaml, carried in the topology's metadata)."""
+    measured = topology.metadata.get("link_efficiency") or {}
+    if not isinstance(measured, dict):
+        return default_network_params()
+    base = default_network_params()
+    return (
+        base.with_efficiency(**{str(k): float(v) for k, v in measured.items()})
+        if measured
+        else base
+    )
 
 
 @cache

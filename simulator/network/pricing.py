@@ -35,6 +35,9 @@ from topologies.types import Topology
 from workloads.ops import CollectiveKind
 
 MAX_RING_SEARCH = 8  # brute-force the best intra-node ring up to this many GPUs
+# NCCL's tuning model (src/graph/tuning.cc): tree all-reduce algorithm bandwidth is
+# 0.92 (its model refinement) x 0.5 (each of the two trees carries half) of the bus bandwidth
+NCCL_TREE_RATIO = 0.92 * 0.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -455,23 +458,50 @@ class CollectivePricer:
         classes = self.layout_classes(inst)
         probe = inst[[int(rows[0]) for rows in classes.values()]]
         pkey = None if key is None else (key, "probe")
-        best_algo: str | None = None
-        best_t = np.inf
+        terms: dict[str, tuple[float, float]] = {}
         for cand in candidate_algorithms(kind, next(iter(classes))):
             try:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
-            price = self.estimate_time_s if self.tuner == "shared" else self.alpha_beta_time_s
-            t = max(price(x, nbytes, kind) for x in b) if b else 0.0
-            if t < best_t:
-                best_algo, best_t = cand, t
+            terms[cand] = max(
+                (self._tuner_terms(x, nbytes, kind) for x in b), key=sum, default=(0.0, 0.0)
+            )
+        if "tree" in terms and "ring" in terms and kind is CollectiveKind.ALL_REDUCE:
+            # NCCL's tuner gives tree and ring the same bus bandwidth and converts it to
+            # algorithm bandwidth with 0.92 * 0.5 for the tree and p / (2 (p - 1)) for the
+            # ring, so the tree never wins on bandwidth, only on latency (its 2 log steps
+            # against the ring's 2 (p - 1)); the tree's own flows still price it once chosen
+            p = max(int(inst.shape[1]), 2)
+            ring_transfer = terms["ring"][1]
+            terms["tree"] = (terms["tree"][0], ring_transfer * p / (2 * (p - 1)) / NCCL_TREE_RATIO)
+        best_algo: str | None = None
+        best_t = np.inf
+        for cand, (lat, transfer) in terms.items():
+            if lat + transfer < best_t:
+                best_algo, best_t = cand, lat + transfer
         if best_algo is None:
             raise CostModelError(f"no algorithm supports {kind.value} on this group")
         best = self.bind(kind, inst, best_algo, root, key)
         if ckey is not None:
             self._choice_cache[ckey] = best
         return best
+
+    def _tuner_terms(
+        self, bundle: Bundle, nbytes: float, kind: CollectiveKind
+    ) -> tuple[float, float]:
+        """(latency, transfer) seconds of a bundle alone, priced as the engine's network
+        model will price it: its own flows sharing links ("shared") or route bottlenecks."""
+        pl = self.plan(bundle, kind, nbytes, shared=self.tuner == "shared")
+        rates = (
+            [ph.shared_rate_Bps for ph in bundle.phases]
+            if self.tuner == "shared"
+            else [ph.rate_Bps for ph in bundle.phases]
+        )
+        transfer = sum(
+            b / r if b > 0 else 0.0 for b, r in zip(pl.bytes_per_flow, rates, strict=True)
+        )
+        return pl.overhead_s + sum(pl.latency_s), transfer
 
     # ---------------------------------------------------------------- pricing
     def estimate_time_s(

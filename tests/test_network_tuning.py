@@ -1,0 +1,101 @@
+"""Machine-measured link efficiencies and NCCL's ring/tree choice for all-reduce.
+
+Oracles: AxoNN's Eq. 7 (inter-node bandwidth of a group = the node's achievable injection
+divided by the GPUs of the node sharing it) on Frontier with the preset's measured NIC
+efficiency; NCCL's tuner never picks the double binary tree for a bandwidth-bound
+all-reduce (its tree bandwidth is 0.46 of the bus bandwidth, the ring's p / (2 (p - 1))).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.microbench import collective_sweep
+from simulator.network.params import default_network_params, network_params_for
+from simulator.network.pricing import NCCL_TREE_RATIO, CollectivePricer
+from topologies.catalogue import _link_efficiency
+from topologies.errors import TopologyError
+from topologies.machines import build_machine
+from workloads.ops import CollectiveKind
+
+GiB = 1 << 30
+
+
+def test_presets_apply_their_measured_efficiencies() -> None:
+    default = default_network_params()
+    frontier = network_params_for(build_machine("frontier", 2))
+    assert frontier.efficiency_of("nic") == 0.40
+    assert frontier.efficiency_of("xgmi") == default.efficiency_of("xgmi")
+    a100 = network_params_for(build_machine("dgx-a100", 1))
+    assert a100.efficiency_of("nvlink") == 0.67
+    perlmutter = network_params_for(build_machine("perlmutter", 2))
+    assert perlmutter == default  # no measured override: the documented defaults
+
+
+@pytest.mark.parametrize(
+    "raw,match",
+    [
+        ([0.5], "must be a mapping"),
+        ({"warp": 0.5}, r"link_efficiency\.warp: unknown link kind"),
+        ({"nic": 1.5}, r"link_efficiency\.nic must be in \(0, 1\]"),
+        ({"nic": 0}, r"link_efficiency\.nic must be in \(0, 1\]"),
+        ({"nic": True}, r"link_efficiency\.nic must be in \(0, 1\]"),
+    ],
+)
+def test_bad_preset_efficiency_names_the_field(raw: object, match: str) -> None:
+    with pytest.raises(TopologyError, match=match):
+        _link_efficiency("demo", raw)
+
+
+@pytest.mark.parametrize("inner,own", [(1, 16), (2, 8), (4, 4), (8, 2)])
+def test_frontier_inter_node_groups_follow_axonn_eq7(inner: int, own: int) -> None:
+    """Concurrent groups of `own` GCDs at stride `inner` spanning two nodes (AxoNN's
+    bandwidth-table layout): bus bandwidth = 0.4 x 4 x 25 GB/s per node / inner."""
+    topo = build_machine("frontier", 4)
+    (r,) = collective_sweep(topo, "all-reduce", own, inner, [GiB])
+    per_node_GBps = 0.4 * 4 * 25
+    assert r.algorithm == "ring"
+    if inner > 1:
+        assert r.busbw_GBps == pytest.approx(per_node_GBps / inner, rel=0.01)
+    else:  # one group per node pair: the Infinity Fabric ring inside the node binds first
+        assert r.busbw_GBps <= per_node_GBps * 1.01
+
+
+def _pricer(machine: str, nodes: int) -> CollectivePricer:
+    topo = build_machine(machine, nodes)
+    return CollectivePricer(topo, network_params_for(topo))
+
+
+def test_bandwidth_bound_all_reduce_uses_the_ring() -> None:
+    pricer = _pricer("perlmutter", 2)
+    group = np.array([[0, 2, 4, 6]])  # two GPUs on each of two nodes
+    (b,) = pricer.bundles(CollectiveKind.ALL_REDUCE, group, float(GiB), key="big")
+    assert b.algorithm == "ring"
+
+
+def test_latency_bound_all_reduce_at_scale_uses_the_tree() -> None:
+    pricer = _pricer("perlmutter", 64)
+    group = np.arange(0, 256, 4)[None, :]  # one GPU on each of 64 nodes
+    (b,) = pricer.bundles(CollectiveKind.ALL_REDUCE, group, 8192.0, key="small")
+    assert b.algorithm == "tree"
+
+
+@pytest.mark.parametrize("size", [2**k for k in range(10, 33, 2)])
+def test_tree_only_wins_on_latency(size: int) -> None:
+    """Whenever the tuner picks the tree, its latency terms are below the ring's by more
+    than the tree's bandwidth penalty (NCCL's model)."""
+    pricer = _pricer("perlmutter", 32)
+    group = np.arange(0, 128, 4)[None, :]
+    kind = CollectiveKind.ALL_REDUCE
+    (chosen,) = pricer.bundles(kind, group, float(size), key=("c", size))
+    (ring,) = pricer.bind(kind, group, "ring")
+    (tree,) = pricer.bind(kind, group, "tree")
+    ring_lat, ring_bw = pricer._tuner_terms(ring, float(size), kind)
+    tree_lat, _ = pricer._tuner_terms(tree, float(size), kind)
+    p = group.shape[1]
+    tree_bw = ring_bw * p / (2 * (p - 1)) / NCCL_TREE_RATIO
+    expected = "tree" if tree_lat + tree_bw < ring_lat + ring_bw else "ring"
+    assert chosen.algorithm == expected
+    if chosen.algorithm == "tree":
+        assert tree_lat < ring_lat
