@@ -35,6 +35,9 @@ def test_every_published_number_is_a_case() -> None:
     for c in all_cases():
         assert c.source and c.cite and c.published > 0
     assert {c.tolerance_pct for c in select_cases("perlmutter")} == {10.0}
+    # predictions are kept apart from the measurements constants were fitted on
+    assert {c.role for c in select_cases("perlmutter")} == {"prediction"}
+    assert {c.role for c in select_cases("bw-")} == {"fit"}
 
 
 def test_error_and_status() -> None:
@@ -59,6 +62,7 @@ def test_validate_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == (1 if any(c["status"] == "outside" for c in cases) else 0)
     perl = next(c for c in cases if c["name"] == "perlmutter-512-gpt-5b")
     assert "grid" in perl["detail"] and perl["tolerance_pct"] == 10.0
+    assert perl["role"] == "prediction"
 
 
 def test_table_output_and_unknown_case(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,6 +21,11 @@ line's intercept is only loosely a small-message latency); 10% for the GEMM tota
 source gives neither machine nor GPU count (see axonn_overlap.yaml), so it is shown but
 never fails.
 
+Role: the perlmutter-* and overlap cases are predictions (no constant was chosen from
+them); the bw-*, nvswitch-* and gemm-* numbers are the measurements the link
+efficiencies, latency terms and GEMM curve were set from, so those cases check that the
+fitted constants reproduce them through the full collective and kernel models.
+
 `--reduced` simulates only the analytical model's best grid (top 1) for the AxoNN
 cases instead of the top 10; every other case is unchanged (they take seconds).
 """
@@ -60,6 +65,13 @@ class Case:
     source: str
     tasks: Callable[[bool], list[Task]]
     value: Callable[[list[Any]], tuple[float, str]]
+    # True where this number helped set a default or preset constant (a consistency
+    # check of the fit); False for predictions no constant was chosen from
+    fitted: bool = False
+
+    @property
+    def role(self) -> str:
+        return "fit" if self.fitted else "prediction"
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,7 @@ class CaseResult:
             "error_pct": self.error_pct,
             "tolerance_pct": c.tolerance_pct,
             "status": self.status,
+            "role": c.role,
             "detail": self.detail,
             "cite": c.cite,
             "source": c.source,
@@ -176,6 +189,7 @@ def _bandwidth_cases() -> list[Case]:
             src,
             tasks,
             value,
+            fitted=True,  # link efficiencies: network_defaults.yaml, machines.yaml
         )
 
     return [make(e) for e in axonn_bandwidths()]
@@ -220,6 +234,7 @@ def _nvswitch_cases() -> list[Case]:
                 src,
                 tasks,
                 busbw,
+                fitted=True,  # NVLink efficiencies (defaults; DGX A100 preset)
             )
         )
         out.append(
@@ -233,6 +248,7 @@ def _nvswitch_cases() -> list[Case]:
                 src,
                 tasks,
                 alpha,
+                fitted=True,  # latency terms chosen with these fits in view
             )
         )
     return out
@@ -262,6 +278,7 @@ def _gemm_cases() -> list[Case]:
                 VIDUR_GEMM_SOURCE,
                 tasks,
                 value,
+                fitted=True,  # the GEMM efficiency curve is fitted on these profiles
             )
         )
     return out

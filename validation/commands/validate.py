@@ -39,6 +39,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
         "error %",
         "tolerance",
         "status",
+        "role",
         "source",
     ):
         table.add_column(
@@ -59,6 +60,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
             err,
             tol,
             f"[{STYLE[r.status]}]{r.status}[/]",
+            c.role,
             escape(c.cite),
         )
     console = Console(width=None if sys.stdout.isatty() else 160)  # pipes: no 80-column wrap
