@@ -92,10 +92,18 @@ def test_tree_only_wins_on_latency(size: int) -> None:
     (ring,) = pricer.bind(kind, group, "ring")
     (tree,) = pricer.bind(kind, group, "tree")
     ring_lat, ring_bw = pricer._tuner_terms(ring, float(size), kind)
-    tree_lat, _ = pricer._tuner_terms(tree, float(size), kind)
+    tree_lat, tree_own = pricer._tuner_terms(tree, float(size), kind)
     p = group.shape[1]
-    tree_bw = ring_bw * p / (2 * (p - 1)) / NCCL_TREE_RATIO
+    tree_bw = max(tree_own, ring_bw * p / (2 * (p - 1)) / NCCL_TREE_RATIO)
     expected = "tree" if tree_lat + tree_bw < ring_lat + ring_bw else "ring"
     assert chosen.algorithm == expected
     if chosen.algorithm == "tree":
         assert tree_lat < ring_lat
+
+
+def test_tree_slower_on_its_own_flows_is_not_chosen() -> None:
+    """On DGX H100 nodes the trees' heads use 2 of 8 NICs; a 1 GiB all-reduce over 8
+    nodes keeps the ring (nccl-tests shows ring bus bandwidth there)."""
+    pricer = _pricer("dgx-h100", 8)
+    (b,) = pricer.bundles(CollectiveKind.ALL_REDUCE, np.arange(64)[None, :], float(GiB), key="x")
+    assert b.algorithm == "ring"

@@ -471,10 +471,11 @@ class CollectivePricer:
             # NCCL's tuner gives tree and ring the same bus bandwidth and converts it to
             # algorithm bandwidth with 0.92 * 0.5 for the tree and p / (2 (p - 1)) for the
             # ring, so the tree never wins on bandwidth, only on latency (its 2 log steps
-            # against the ring's 2 (p - 1)); the tree's own flows still price it once chosen
+            # against the ring's 2 (p - 1)). Where the tree's own flows are slower still
+            # (its heads use fewer NICs than the ring's channels), that slower time counts.
             p = max(int(inst.shape[1]), 2)
-            ring_transfer = terms["ring"][1]
-            terms["tree"] = (terms["tree"][0], ring_transfer * p / (2 * (p - 1)) / NCCL_TREE_RATIO)
+            nccl_transfer = terms["ring"][1] * p / (2 * (p - 1)) / NCCL_TREE_RATIO
+            terms["tree"] = (terms["tree"][0], max(terms["tree"][1], nccl_transfer))
         best_algo: str | None = None
         best_t = np.inf
         for cand, (lat, transfer) in terms.items():

@@ -14,7 +14,9 @@ from typing import Any
 CALIBRATION_NOTE = (
     "No calibration file: kernels use the roofline/GEMM-efficiency model with the constants "
     "of simulator/cost/data/kernel_defaults.yaml; links use the per-kind efficiencies of "
-    "simulator/network/data/network_defaults.yaml."
+    "simulator/network/data/network_defaults.yaml, replaced where a machine preset has "
+    "its own measured value (topologies/data/machines.yaml link_efficiency: Frontier's "
+    "NICs, DGX A100's NVSwitch ports)."
 )
 
 
