@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, SimulatorError
 from topologies.catalogue import machine_preset
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_catalogue
@@ -224,17 +224,24 @@ def default_config_mapping() -> dict[str, Any]:
     return dict(yaml.safe_load(text))
 
 
-def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file into a mapping; ConfigError names the file on failure."""
+def read_yaml_file(
+    path: str | Path, what: str = "config file", error: type[SimulatorError] = ConfigError
+) -> Any:
+    """Parse a YAML file; `error` names the file when it is missing or not valid YAML."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"{p}: config file not found")
+        raise error(f"{p}: {what} not found")
     try:
-        data = yaml.safe_load(p.read_text())
+        return yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise error(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a mapping; ConfigError names the file on failure."""
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: top level must be a mapping of sections")
+        raise ConfigError(f"{Path(path)}: top level must be a mapping of sections")
     return data
 
 

@@ -91,8 +91,8 @@ def test_tree_only_wins_on_latency(size: int) -> None:
     (chosen,) = pricer.bundles(kind, group, float(size), key=("c", size))
     (ring,) = pricer.bind(kind, group, "ring")
     (tree,) = pricer.bind(kind, group, "tree")
-    ring_lat, ring_bw = pricer._tuner_terms(ring, float(size), kind)
-    tree_lat, tree_own = pricer._tuner_terms(tree, float(size), kind)
+    ring_lat, ring_bw = pricer.time_terms(ring, float(size), kind, shared=True)
+    tree_lat, tree_own = pricer.time_terms(tree, float(size), kind, shared=True)
     p = group.shape[1]
     tree_bw = max(tree_own, ring_bw * p / (2 * (p - 1)) / NCCL_TREE_RATIO)
     expected = "tree" if tree_lat + tree_bw < ring_lat + ring_bw else "ring"

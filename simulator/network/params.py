@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
+from typing import cast
 
 import numpy as np
 import yaml
@@ -50,15 +51,9 @@ class NetworkParams:
 def network_params_for(topology: Topology) -> NetworkParams:
     """The defaults with the machine's measured per-kind efficiencies applied (a preset's
     `link_efficiency` in machines.yaml, carried in the topology's metadata)."""
-    measured = topology.metadata.get("link_efficiency") or {}
-    if not isinstance(measured, dict):
-        return default_network_params()
     base = default_network_params()
-    return (
-        base.with_efficiency(**{str(k): float(v) for k, v in measured.items()})
-        if measured
-        else base
-    )
+    measured = cast("dict[str, float]", topology.metadata.get("link_efficiency") or {})
+    return base.with_efficiency(**measured) if measured else base
 
 
 @cache

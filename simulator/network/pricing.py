@@ -464,8 +464,9 @@ class CollectivePricer:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
+            shared = self.tuner == "shared"
             terms[cand] = max(
-                (self._tuner_terms(x, nbytes, kind) for x in b), key=sum, default=(0.0, 0.0)
+                (self.time_terms(x, nbytes, kind, shared) for x in b), key=sum, default=(0.0, 0.0)
             )
         if "tree" in terms and "ring" in terms and kind is CollectiveKind.ALL_REDUCE:
             # NCCL's tuner gives tree and ring the same bus bandwidth and converts it to
@@ -488,20 +489,17 @@ class CollectivePricer:
             self._choice_cache[ckey] = best
         return best
 
-    def _tuner_terms(
-        self, bundle: Bundle, nbytes: float, kind: CollectiveKind
+    def time_terms(
+        self, bundle: Bundle, nbytes: float, kind: CollectiveKind, shared: bool
     ) -> tuple[float, float]:
-        """(latency, transfer) seconds of a bundle alone, priced as the engine's network
-        model will price it: its own flows sharing links ("shared") or route bottlenecks."""
-        pl = self.plan(bundle, kind, nbytes, shared=self.tuner == "shared")
-        rates = (
-            [ph.shared_rate_Bps for ph in bundle.phases]
-            if self.tuner == "shared"
-            else [ph.rate_Bps for ph in bundle.phases]
-        )
-        transfer = sum(
-            b / r if b > 0 else 0.0 for b, r in zip(pl.bytes_per_flow, rates, strict=True)
-        )
+        """(latency, transfer) seconds of a bundle alone, calibrated tables applied:
+        `shared` prices its flows sharing links among themselves (the contention model
+        seen alone), else at their route bottlenecks (alpha-beta)."""
+        pl = self.plan(bundle, kind, nbytes, shared)
+        transfer = 0.0
+        for b, ph in zip(pl.bytes_per_flow, bundle.phases, strict=True):
+            if b > 0:
+                transfer += b / (ph.shared_rate_Bps if shared else ph.rate_Bps)
         return pl.overhead_s + sum(pl.latency_s), transfer
 
     # ---------------------------------------------------------------- pricing
@@ -511,11 +509,7 @@ class CollectivePricer:
         """Time of a bundle alone on the network, its own flows sharing links fairly
         (calibrated tables apply when `kind` is given)."""
         if kind is not None:
-            pl = self.plan(bundle, kind, nbytes, shared=True)
-            return pl.overhead_s + sum(
-                lat + (b / ph.shared_rate_Bps if b > 0 else 0.0)
-                for lat, b, ph in zip(pl.latency_s, pl.bytes_per_flow, bundle.phases, strict=True)
-            )
+            return sum(self.time_terms(bundle, nbytes, kind, shared=True))
         t = self.params.collective_overhead_s
         for ph in bundle.phases:
             t += ph.latency_s
@@ -585,11 +579,7 @@ class CollectivePricer:
         (a size-1 group still pays the collective's launch overhead); calibrated tables
         apply when `kind` is given."""
         if kind is not None:
-            pl = self.plan(bundle, kind, nbytes, shared=False)
-            return pl.overhead_s + sum(
-                lat + (b / ph.rate_Bps if b > 0 else 0.0)
-                for lat, b, ph in zip(pl.latency_s, pl.bytes_per_flow, bundle.phases, strict=True)
-            )
+            return sum(self.time_terms(bundle, nbytes, kind, shared=False))
         t = self.params.collective_overhead_s
         for ph in bundle.phases:
             t += ph.latency_s

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from simulator.config import (
     ExperimentConfig,
     apply_overrides,
     default_config_mapping,
+    read_yaml_file,
     read_yaml_mapping,
     validate_config,
 )
@@ -152,12 +152,7 @@ def parse_spec(
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a spec file."""
     p = Path(path)
-    if not p.is_file():
-        raise SweepError(f"{p}: sweep spec not found")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise SweepError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    data = read_yaml_file(p, "sweep spec", SweepError)
     if not isinstance(data, Mapping):
         raise SweepError(f"{p}: the spec must be a mapping with base, set and axes")
     return parse_spec(data, p.parent, str(p))
