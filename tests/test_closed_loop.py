@@ -73,6 +73,11 @@ def test_calibration_closes_on_a(runs: dict[str, Path], capsys: pytest.CaptureFi
     )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and abs(report["iteration_error"]) < 0.05  # the per-op term closes A
+    kinds = {r["name"]: r for r in report["rows"] if r["scope"] == "kind"}
+    for kind in ("gemm", "attention", "elementwise", "optimizer", "overhead"):
+        assert kinds[kind]["measured_s"] > 0 and kinds[kind]["simulated_s"] > 0, kind
+    # in sample, the GEMM table and the attention rate reproduce their own ops' busy time
+    assert abs(kinds["gemm"]["error"]) < 0.1 and abs(kinds["attention"]["error"]) < 0.25
 
 
 def test_predicts_b(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,8 +36,8 @@ def parsed(rel: str) -> ParsedTrace:
 
 # fixture, era, vendor, rank, world size, GPU, records per kind
 FIXTURES = [
-    ("gloo/rank0.json.gz", "2025+", "cpu", 0, 4, "", {"all-gather": 2, "all-reduce": 6, "all-to-all": 2, "broadcast": 2, "gemm": 4, "optimizer": 2, "reduce-scatter": 2}),
-    ("gloo/rank2.json.gz", "2025+", "cpu", 2, 4, "", {"all-gather": 2, "all-reduce": 4, "all-to-all": 2, "broadcast": 2, "gemm": 4, "optimizer": 2, "reduce-scatter": 2}),
+    ("gloo/rank0.json.gz", "2025+", "cpu", 0, 4, "", {"all-gather": 2, "all-reduce": 6, "all-to-all": 2, "broadcast": 2, "elementwise": 18, "gemm": 4, "optimizer": 2, "reduce-scatter": 2}),
+    ("gloo/rank2.json.gz", "2025+", "cpu", 2, 4, "", {"all-gather": 2, "all-reduce": 4, "all-to-all": 2, "broadcast": 2, "elementwise": 16, "gemm": 4, "optimizer": 2, "reduce-scatter": 2}),
     ("hta/amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz", "2025+", "amd", 0, 1, "AMD Radeon Graphics", {"elementwise": 11, "gemm": 2, "memcpy": 2, "optimizer": 1}),
     ("hta/df_index_resolver__df_index_resolver__step2.json.gz", "2022", "nvidia", 1, 2, "Tesla V100-SXM2-32GB", {"all-reduce": 404, "elementwise": 2359, "gemm": 707, "memcpy": 584, "optimizer": 404}),
     ("hta/nccl_parser_config__nccl_data.json.gz", "2024", "nvidia", 0, 2, "NVIDIA A100-PG509-200", {"all-reduce": 15, "broadcast": 6, "elementwise": 2079, "gemm": 573, "memcpy": 1074, "optimizer": 27}),
@@ -305,3 +305,44 @@ def test_shared_trace_list_is_complete() -> None:
     assert set(_shared_derived("collective_kernels.csv")) | set(
         _shared_derived("gemm_ops.csv")
     ) <= set(SHARED_TRACES)
+
+
+def _cpu_op(
+    name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op"
+) -> dict[str, object]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur}
+
+
+def test_cpu_run_ops_by_kind(tmp_path: Path) -> None:
+    """CPU-only runs: each main-thread ATen op counted once, with the kind its GPU kernel
+    would have; wrappers, views and ops inside GEMM/attention/optimizer/c10d ranges are not
+    counted again, and other threads' ops are not the step's compute."""
+    events = [
+        _cpu_op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        _cpu_op("aten::linear", 10, 50), _cpu_op("aten::t", 11, 2), _cpu_op("aten::addmm", 14, 40),
+        _cpu_op("aten::layer_norm", 70, 30), _cpu_op("aten::native_layer_norm", 71, 28),
+        _cpu_op("aten::empty", 72, 1),
+        _cpu_op("aten::scaled_dot_product_attention", 110, 60),
+        _cpu_op("aten::_scaled_dot_product_flash_attention_for_cpu", 111, 58),
+        _cpu_op("aten::empty", 112, 1),
+        _cpu_op("aten::to", 180, 20), _cpu_op("aten::_to_copy", 181, 18),
+        _cpu_op("aten::copy_", 182, 16), _cpu_op("aten::view", 210, 1),
+        _cpu_op("c10d::allreduce_", 220, 30), _cpu_op("aten::copy_", 222, 5),
+        _cpu_op("Optimizer.step#Adam.step", 300, 100, cat="user_annotation"),
+        _cpu_op("aten::add_", 310, 10), _cpu_op("aten::mul_", 330, 10),
+        _cpu_op("aten::add", 500, 10, tid=2),  # another thread: not the step's compute
+    ]  # fmt: skip
+    args = {"Input Dims": [[8, 16], [8, 16], [16, 16]], "Input type": ["float"] * 3}
+    next(e for e in events if e["name"] == "aten::addmm")["args"] = args
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    tl = parse_trace(path).timeline
+    got = sorted(zip(tl.kind.astype(str), tl.name.astype(str), strict=True))
+    assert got == [
+        ("attention", "aten::_scaled_dot_product_flash_attention_for_cpu"),
+        ("elementwise", "aten::copy_"),
+        ("elementwise", "aten::native_layer_norm"),
+        ("gemm", "aten::addmm"),
+        ("optimizer", "Optimizer.step#Adam.step"),
+    ]
+    assert set(tl.stream.astype(str)) == {"cpu"} and set(tl.phase.astype(str)) == {"1"}

@@ -36,23 +36,10 @@ from typing import Any
 import numpy as np
 
 from validation.calibrate_fit import fit_line
-from validation.trace.classify import GEMM_OPS
+from validation.trace.classify import FREE_OPS, GEMM_OPS, is_attention_op
 from validation.trace.reader import iter_events
 from validation.trace.shapes import dtype_size, numel, tensor_dims
 from workloads.transformer import ATTENTION_BACKWARD_FACTOR, CAUSAL_ATTENTION_FRACTION
-
-FREE_OPS = frozenset(
-    {
-        "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::t",
-        "aten::transpose", "aten::permute", "aten::select", "aten::unsqueeze", "aten::squeeze",
-        "aten::expand", "aten::detach", "aten::detach_", "aten::alias", "aten::slice",
-        "aten::narrow", "aten::split", "aten::chunk", "aten::unbind", "aten::empty",
-        "aten::empty_like", "aten::empty_strided", "aten::resolve_conj", "aten::resolve_neg",
-        "aten::_unsafe_view", "aten::lift_fresh", "aten::to", "aten::contiguous",
-        "aten::result_type", "aten::zeros", "aten::ones_like", "aten::zeros_like",
-    }
-)  # fmt: skip
-"""Ops that move no data (or whose data op is a separate, recorded child)."""
 
 
 @dataclass
@@ -133,7 +120,7 @@ def host_stats(path: str | Path) -> HostStats:
                 budget.comm_blocked_s += max(resume - e["ts"], e["dur"]) / 1e6
             elif name in GEMM_OPS and not _encloses(main, i, has_child, GEMM_OPS.__contains__):
                 budget.gemm_s += e["dur"] / 1e6
-            elif _ATTENTION(name) and not _encloses(main, i, has_child, _ATTENTION):
+            elif is_attention_op(name) and not _encloses(main, i, has_child, is_attention_op):
                 flops = _attention_flops(name, args.get("Input Dims"))
                 if flops > 0:
                     stats.attention.append((name, flops, e["dur"] / 1e6))
@@ -144,10 +131,6 @@ def host_stats(path: str | Path) -> HostStats:
                     stats.membound.append((name, key, sum(sizes) + max(sizes), e["dur"] / 1e6))
         stats.steps.append(budget)
     return stats
-
-
-def _ATTENTION(name: str) -> bool:
-    return "scaled_dot_product" in name
 
 
 def _encloses(

@@ -7,11 +7,15 @@
   the slowest rank's step; per op kind, the busy time per step (mean over ranks); per
   process group, the time its collectives are in flight (the union of their records,
   per step, mean over ranks). For gloo runs collectives are seen from the issuing
-  thread (c10d call to resume), as calibrated gloo tables are;
+  thread (c10d call to resume), as calibrated gloo tables are, and CPU runs get an
+  `overhead` kind: the part of the main thread's step that no op or collective covers
+  (dispatcher, autograd, Python);
 - the simulated side is `config`: a torch4d `run.json` (default: the one beside the
   traces) replayed exactly (validation.torch4d_workload) on `machine` (`cpu-host` for a
   CPU run), or an axsim YAML experiment config run through `simulate()`; `calibration`
-  is the calibration file both use.
+  is the calibration file both use. Simulated compute ops carry the kernel model's
+  per-op launch overhead, the host time between ops that traces show as gaps: it is
+  taken out of their kinds' busy time and reported as the `overhead` kind.
 
 Measured process groups map to the simulation's group kinds by their members (torch4d's
 run.json lists every group instance), else by group size when that is unambiguous.
@@ -31,8 +35,14 @@ import numpy as np
 
 from simulator.analysis import length
 from simulator.errors import SimulatorError
-from simulator.timeline import COMM_KINDS, Timeline
-from validation.measured import MeasuredRun, counted_steps, load_run, measured_steps
+from simulator.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
+from validation.measured import (
+    CollRecord,
+    MeasuredRun,
+    counted_steps,
+    load_run,
+    measured_steps,
+)
 from validation.torch4d_workload import TORCH4D_GROUPS
 
 DEFAULT_TOLERANCE = 0.2
@@ -119,16 +129,42 @@ def measured_breakdown(
             m = keep & (tl.kind == k)
             kinds[k] += float((tl.end_s[m] - tl.start_s[m]).sum()) / norm
     spans: dict[tuple[str, int, int], list[tuple[float, float]]] = defaultdict(list)
-    for rec in run.collective_records(caller=True):
+    callers = run.collective_records(caller=True)
+    for rec in callers:
         if rec.iteration in steps:
             label = _sim_kind(rec.group) or kinds_map.get(rec.ranks, rec.group)
             spans[(label, rec.rank, rec.iteration)].append((rec.start_s, rec.end_s))
-    for rec in run.collective_records(caller=True):
-        if rec.iteration in steps:
             kinds[rec.kind] += (rec.end_s - rec.start_s) / norm
     for (label, _, _), iv in spans.items():
         groups[label] += length(np.array([a for a, _ in iv]), np.array([b for _, b in iv])) / norm
+    if run.gpu == "cpu":
+        kinds["overhead"] = _host_overhead(run, steps, callers) / norm
     return dict(kinds), dict(groups)
+
+
+def _host_overhead(run: MeasuredRun, steps: list[int], callers: list[CollRecord]) -> float:
+    """CPU runs: main-thread step time covered by no op row and no collective call, summed
+    over ranks and steps (the ops are on stream 'cpu', the calls seen from the caller)."""
+    blocked: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+    for rec in callers:
+        shift = run.offsets_s[rec.rank]
+        blocked[(rec.rank, rec.iteration)].append((rec.start_s - shift, rec.end_s - shift))
+    total = 0.0
+    for rank, t in run.traces.items():
+        tl = t.timeline
+        on_cpu = tl.stream.astype(str) == "cpu"
+        for it in t.iterations:
+            if it.step not in steps:
+                continue
+            m = on_cpu & (tl.phase.astype(str) == str(it.step))
+            iv = blocked[(rank, it.step)]
+            starts = np.concatenate([tl.start_s[m], [a for a, _ in iv]])
+            ends = np.concatenate([tl.end_s[m], [b for _, b in iv]])
+            starts = np.clip(starts, it.cpu_start_s, it.cpu_end_s)
+            ends = np.clip(ends, it.cpu_start_s, it.cpu_end_s)
+            span = it.cpu_end_s - it.cpu_start_s
+            total += max(span - (length(starts, ends) if starts.size else 0.0), 0.0)
+    return total
 
 
 def _sim_kind(label: str) -> str | None:
@@ -138,8 +174,11 @@ def _sim_kind(label: str) -> str | None:
 
 
 # ----------------------------------------------------------------- simulated side
-def simulated_breakdown(tl: Timeline) -> tuple[dict[str, float], dict[str, float]]:
-    """(busy time per op kind, in-flight time per group kind), mean over all ranks."""
+def simulated_breakdown(
+    tl: Timeline, op_overhead_s: float = 0.0
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(busy time per op kind, in-flight time per group kind), mean over all ranks; each
+    compute op's launch overhead (`op_overhead_s`) goes to the `overhead` kind."""
     kinds: dict[str, float] = defaultdict(float)
     groups: dict[str, float] = defaultdict(float)
     world = tl.world_size
@@ -147,7 +186,12 @@ def simulated_breakdown(tl: Timeline) -> tuple[dict[str, float], dict[str, float
         t = tl.rank(r)
         for k in set(t.kind.astype(str)) - {"wait"}:
             m = t.kind == k
-            kinds[k] += float((t.end_s[m] - t.start_s[m]).sum()) / world
+            busy = t.end_s[m] - t.start_s[m]
+            if op_overhead_s > 0 and k in COMPUTE_KINDS:
+                cut = np.minimum(busy, op_overhead_s)
+                kinds["overhead"] += float(cut.sum()) / world
+                busy = busy - cut
+            kinds[k] += float(busy.sum()) / world
         comm = np.isin(t.kind, list(COMM_KINDS))
         for g in set(t.group[comm].astype(str)):
             m = comm & (t.group == g)
@@ -196,7 +240,7 @@ def compare(
     measured = statistics.median(steps[s] for s in counted)
     kinds_map = group_kind_map(run, sim.group_sizes)
     m_kinds, m_groups = measured_breakdown(run, counted, kinds_map)
-    s_kinds, s_groups = simulated_breakdown(sim.timeline)
+    s_kinds, s_groups = simulated_breakdown(sim.timeline, sim.op_overhead_s)
     return Comparison(
         traces=str(traces), config=str(cfg),
         calibration=None if calibration is None else str(calibration), tolerance=tolerance,

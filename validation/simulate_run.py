@@ -21,6 +21,7 @@ from simulator.network.params import network_params_for
 from simulator.network.pricing import CollectivePricer
 from simulator.timeline import Timeline
 from topologies.catalogue import machine_preset
+from topologies.hardware import gpu_spec
 from topologies.machines import build_machine
 from validation.torch4d.config import RunSpec
 from validation.torch4d_workload import build_torch4d_graph, load_run_json, run_spec_from_json
@@ -37,6 +38,8 @@ class SimRun:
     timeline: Timeline
     iteration_s: float
     group_sizes: dict[str, int]
+    op_overhead_s: float = 0.0
+    """The kernel model's launch overhead, included in every compute op's duration."""
 
 
 def simulate_torch4d(
@@ -61,7 +64,7 @@ def simulate_torch4d(
     graph = build_torch4d_graph(spec)
     result = Engine(graph, topology, cost, mode="full", steady_state=False).run()
     sizes = {name: graph.groups[name].size for name in graph.groups}
-    return SimRun(result.timeline, result.iteration_time_s, sizes)
+    return SimRun(result.timeline, result.iteration_time_s, sizes, kernels.launch_overhead_s)
 
 
 def simulate_config(
@@ -107,4 +110,6 @@ def simulate_config(
             f"{cfg}: the config has {graph.world_size} ranks but the traces have {world_size}"
         )
     sizes = {name: graph.groups[name].size for name in graph.groups}
-    return SimRun(result.engine.timeline, result.engine.iteration_time_s, sizes)
+    gpu = gpu_spec(exp.cluster.gpu or result.topology.gpu_type)
+    overhead = KernelModel(gpu, calibration=cal).launch_overhead_s
+    return SimRun(result.engine.timeline, result.engine.iteration_time_s, sizes, overhead)

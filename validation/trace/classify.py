@@ -73,6 +73,26 @@ KERNEL_RULES: tuple[Rule, ...] = (
 GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"})
 MATMUL_OPS = frozenset({"aten::matmul", "aten::linear"})
 
+FREE_OPS = frozenset(
+    {
+        "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::t",
+        "aten::transpose", "aten::permute", "aten::select", "aten::unsqueeze", "aten::squeeze",
+        "aten::expand", "aten::detach", "aten::detach_", "aten::alias", "aten::slice",
+        "aten::narrow", "aten::split", "aten::chunk", "aten::unbind", "aten::empty",
+        "aten::empty_like", "aten::empty_strided", "aten::resolve_conj", "aten::resolve_neg",
+        "aten::_unsafe_view", "aten::lift_fresh", "aten::to", "aten::contiguous",
+        "aten::result_type", "aten::zeros", "aten::ones_like", "aten::zeros_like",
+    }
+)  # fmt: skip
+"""Ops that move no data (or whose data op is a separate, recorded child)."""
+
+
+def is_attention_op(name: str) -> bool:
+    """CPU ops of fused attention (`aten::scaled_dot_product_attention` and the backend
+    ops under it, forward and backward)."""
+    return "scaled_dot_product" in name
+
+
 _KERNEL_COLL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 # NCCL < 2.9 (2020-21): ncclAllReduceRingLLKernel_sum_f32, ncclBroadcastTreeSimpleKernel_...
 _KERNEL_COLL_OLD = re.compile(

@@ -1,8 +1,8 @@
 """Assemble one rank's trace into a RankTimeline and side tables: `parse_trace(path)`.
 
 Records are GPU activities (kernels, memcpy, memset) on their streams, plus, for CPU-only
-runs (gloo), the `gloo:*` collectives on their worker threads and the GEMM ops and
-optimizer steps on the CPU. Times are seconds since the trace's first event (`t0_us`).
+runs (gloo), the `gloo:*` collectives on their worker threads and the main thread's ATen ops
+by kind (GEMM, attention, elementwise, optimizer). Times are seconds since the trace's first event (`t0_us`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from simulator.timeline import RankTimeline
-from validation.trace.classify import COLLECTIVE, GEMM_OPS, classify_kernel
+from validation.trace.classify import (
+    COLLECTIVE,
+    FREE_OPS,
+    GEMM_OPS,
+    classify_kernel,
+    is_attention_op,
+    is_comm_op,
+)
 from validation.trace.comm import CollectiveInfo, parse_pg_config, resolve_collective
 from validation.trace.events import (
     GpuActivity,
@@ -198,27 +205,62 @@ class _Builder:
             self.rows.colls.append(replace(coll, index=index))
 
     def cpu_compute(self) -> None:
-        """CPU-only runs: innermost GEMM ops (with shapes) and optimizer steps on stream 'cpu'."""
+        """CPU-only runs: the main thread's ATen ops on stream 'cpu', by the kind their GPU
+        kernels would have: innermost GEMM ops (with shapes), the innermost fused-attention
+        op, Optimizer.step ranges, and elementwise for every other innermost data-moving
+        ATen op outside those (views and allocations, FREE_OPS, move no data; ops inside a
+        GEMM, attention, optimizer or c10d range belong to it)."""
         cpu = self.raw.cpu
-        outer = {self._gemm_parent(i) for i, r in enumerate(cpu) if r.name in GEMM_OPS}
+        main = next(((r.pid, r.tid) for r in cpu if _STEP.match(r.name)), None)
+        role = [_cpu_role(r.name) for r in cpu]
+        inner_of: list[set[str]] = [set() for _ in cpu]  # roles found strictly inside op i
+        for i, r in enumerate(role):
+            if r in ("gemm", "attention", "elementwise"):
+                for j in self.index.ancestors(cpu[i].parent):
+                    inner_of[j].add(r)
         for i, r in enumerate(cpu):
-            gemm = r.name in GEMM_OPS and i not in outer
-            if not (gemm or r.name.startswith("Optimizer.step")):
+            kind = role[i]
+            if kind == "gemm":
+                keep = "gemm" not in inner_of[i]
+            elif kind == "attention":
+                keep = "attention" not in inner_of[i]
+            elif kind == "elementwise":
+                keep = (
+                    (r.pid, r.tid) == main
+                    and not inner_of[i]
+                    and not any(role[j] in _OWNERS for j in self.index.ancestors(r.parent))
+                )
+            else:
+                keep = kind == "optimizer"
+            if not keep:
                 continue
             step = self.steps.at(r.ts)
             row: dict[str, Any] = dict(stream="cpu", name=r.name, group="", start_s=self.t(r.ts),
                                        end_s=self.t(r.end), bytes=0.0, flops=0.0,
                                        phase=str(step) if step >= 0 else "")  # fmt: skip
-            if gemm:
+            if kind == "gemm":
                 self._gemm(row, "cpu", i, step)
             else:
-                self.rows.add(kind="optimizer", **row)
+                self.rows.add(kind=kind, **row)
 
-    def _gemm_parent(self, i: int) -> int:
-        for j in self.index.ancestors(self.raw.cpu[i].parent):
-            if self.raw.cpu[j].name in GEMM_OPS:
-                return j
-        return -1
+
+_OWNERS = frozenset({"gemm", "attention", "optimizer", "comm"})
+"""Roles whose ranges own the ATen ops inside them (an elementwise op under them is theirs)."""
+
+
+def _cpu_role(name: str) -> str | None:
+    """The kind a CPU op stands for in a CPU-only run, or None (wrappers, free ops)."""
+    if name in GEMM_OPS:
+        return "gemm"
+    if is_attention_op(name):
+        return "attention"
+    if name.startswith("Optimizer.step"):
+        return "optimizer"
+    if is_comm_op(name):
+        return "comm"
+    if name.startswith("aten::") and name not in FREE_OPS:
+        return "elementwise"
+    return None
 
 
 def _finish(b: _Builder) -> tuple[RankTimeline, tuple[GemmInfo, ...], tuple[CollectiveInfo, ...]]:
