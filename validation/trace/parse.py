@@ -214,10 +214,10 @@ class _Builder:
         main = next(((r.pid, r.tid) for r in cpu if _STEP.match(r.name)), None)
         role = [_cpu_role(r.name) for r in cpu]
         inner_of: list[set[str]] = [set() for _ in cpu]  # roles found strictly inside op i
-        for i, r in enumerate(role):
-            if r in ("gemm", "attention", "elementwise"):
+        for i, found in enumerate(role):
+            if found in ("gemm", "attention", "elementwise"):
                 for j in self.index.ancestors(cpu[i].parent):
-                    inner_of[j].add(r)
+                    inner_of[j].add(found)
         for i, r in enumerate(cpu):
             kind = role[i]
             if kind == "gemm":
