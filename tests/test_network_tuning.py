@@ -107,3 +107,55 @@ def test_tree_slower_on_its_own_flows_is_not_chosen() -> None:
     pricer = _pricer("dgx-h100", 8)
     (b,) = pricer.bundles(CollectiveKind.ALL_REDUCE, np.arange(64)[None, :], float(GiB), key="x")
     assert b.algorithm == "ring"
+
+
+def test_tree_edges_between_nodes_spread_over_the_rails() -> None:
+    """NCCL runs each tree on channels with different heads: a tree edge between two
+    nodes is one flow per chain index, each 1/C of the edge, so every rail carries the
+    same share (the volume of one head-to-head edge, split)."""
+    from simulator.network.schedules import Layout, build_schedule
+
+    nodes, g = 4, 8
+    layout = Layout(
+        node=tuple(n for n in range(nodes) for _ in range(g)),
+        local=tuple(i for _ in range(nodes) for i in range(g)),
+        package=tuple(i for _ in range(nodes) for i in range(g)),
+    )
+    (ph,) = build_schedule("tree", CollectiveKind.ALL_REDUCE, layout).phases
+    assert ph.share is not None
+    node = np.array(layout.node)
+    far = node[ph.src] != node[ph.dst]
+    assert np.all(ph.share[far] == 1 / g) and np.all(ph.share[~far] == 1.0)
+    assert np.all(ph.src[far] % g == ph.dst[far] % g)  # rail-aligned pairs
+    # 2 trees x 2 directions x (nodes - 1) edges between nodes, each split g ways
+    assert ph.share[far].sum() == pytest.approx(4 * (nodes - 1))
+    assert ph.inter_steps == 2 * 2  # 2 log2(nodes)
+
+
+def test_dgx_h100_tree_uses_every_nic() -> None:
+    """Spread over 8 rails, the double tree moves ~2 S per node across the fabric, as the
+    ring does: its own transfer time matches the ring's within 5% (with the trees' heads
+    on 2 NICs it was ~4x slower)."""
+    pricer = _pricer("dgx-h100", 8)
+    group = np.arange(64)[None, :]
+    terms = {}
+    for algo in ("ring", "tree"):
+        (b,) = pricer.bind(CollectiveKind.ALL_REDUCE, group, algo, key=algo)
+        terms[algo] = pricer.time_terms(b, float(GiB), CollectiveKind.ALL_REDUCE, shared=True)
+    assert terms["tree"][1] == pytest.approx(terms["ring"][1], rel=0.05)
+    assert terms["tree"][0] < terms["ring"][0]  # 2 log2 nodes network steps against 2 x nodes
+
+
+def test_only_node_crossing_ring_steps_pay_the_network_latency() -> None:
+    """NCCL's latency model: of a ring all-reduce's 2 (p - 1) steps, 2 x nodes cross nodes."""
+    from dataclasses import replace
+
+    topo = build_machine("dgx-h100", 4)
+    base = network_params_for(topo)
+    slow = replace(base, step_latency_inter_s=base.step_latency_inter_s + 1e-3)
+    group = np.arange(32)[None, :]
+    lat = []
+    for params in (base, slow):
+        (b,) = CollectivePricer(topo, params).bind(CollectiveKind.ALL_REDUCE, group, "ring")
+        lat.append(sum(ph.latency_s for ph in b.phases))
+    assert lat[1] - lat[0] == pytest.approx(2 * 4 * 1e-3)

@@ -35,6 +35,8 @@ from topologies.types import Topology
 from workloads.ops import CollectiveKind
 
 MAX_RING_SEARCH = 8  # brute-force the best intra-node ring up to this many GPUs
+BIND_CHUNK_FLOWS = 1 << 15
+"""Flows routed at once when binding: bounds the transient path arrays of huge groups."""
 # NCCL's tuning model (src/graph/tuning.cc): tree all-reduce algorithm bandwidth is
 # 0.92 (its model refinement) x 0.5 (each of the two trees carries half) of the bus bandwidth
 NCCL_TREE_RATIO = 0.92 * 0.5
@@ -326,16 +328,17 @@ class CollectivePricer:
 
     def _flow_links(
         self, src: np.ndarray, dst: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, float, float, bool]:
-        """All links (with route weights) of a set of flows, their slowest rate and worst
-        latency, and whether any flow leaves its node.
+    ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
+        """All links (with route weights) of a set of flows, their slowest rate, the worst
+        path latency of node-local and of inter-node flows, and whether any flow leaves
+        its node.
 
         Node-local flows use translated templates; inter-node flows take PXN's rail-aligned
         path (a node-local hop to the GPU on the destination's rail, then the fabric)."""
         links: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         rate = float("inf")
-        lat = 0.0
+        lat = far_lat = 0.0
         same = self.gpu_node[src] == self.gpu_node[dst]
         templated = bool(self.links_per_node)
         if templated and same.any():
@@ -367,28 +370,75 @@ class CollectivePricer:
             links.append(lk2)
             weights.append(wt2)
             rate = min(rate, float(rt2.min()))
-            lat = max(lat, float((first_lat + lt2).max()))
+            worst = float((first_lat + lt2).max())
+            if inter:
+                far_lat = worst
+            else:  # untemplated machines route node-local flows here too
+                lat = max(lat, worst)
         if not links:
-            return np.zeros(0, dtype=np.int64), np.zeros(0), rate, lat, inter
-        return np.concatenate(links), np.concatenate(weights), rate, lat, inter
+            return np.zeros(0, dtype=np.int64), np.zeros(0), rate, (lat, far_lat), inter
+        return np.concatenate(links), np.concatenate(weights), rate, (lat, far_lat), inter
+
+    def _shared_flow_links(
+        self, src: np.ndarray, dst: np.ndarray, share: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
+        """`_flow_links` of flows that each carry `share` of the phase's per-flow bytes:
+        their route weights scale by it and their rate (bytes over time) divides by it."""
+        if share is None:
+            return self._flow_links(src, dst)
+        links: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        rate, near, far, inter = float("inf"), 0.0, 0.0, False
+        for value in np.unique(share).tolist():
+            sel = share == value
+            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel])
+            links.append(lk)
+            weights.append(wt * value)
+            rate, near, far, inter = min(rate, rt / value), max(near, ln), max(far, lf), inter or it
+        return np.concatenate(links), np.concatenate(weights), rate, (near, far), inter
 
     # --------------------------------------------------------------- binding
+    def _link_loads(
+        self, src: np.ndarray, dst: np.ndarray, share: np.ndarray | None
+    ) -> tuple[np.ndarray, float, tuple[float, float], bool]:
+        """Flow multiplicity per link (dense over all links) of a phase's flows, with
+        their slowest rate, worst (node-local, inter-node) latencies and whether any
+        leaves its node; routed in chunks so a huge group's paths never all sit in memory."""
+        dense = np.zeros(self.num_links)
+        rate, near, far, inter = float("inf"), 0.0, 0.0, False
+        for lo in range(0, max(src.shape[0], 1), BIND_CHUNK_FLOWS):
+            hi = lo + BIND_CHUNK_FLOWS
+            part = None if share is None else share[lo:hi]
+            links, w, rt, (ln, lf), it = self._shared_flow_links(src[lo:hi], dst[lo:hi], part)
+            if links.size:
+                dense += np.bincount(links, weights=w, minlength=self.num_links)
+            rate, near, far, inter = min(rate, rt), max(near, ln), max(far, lf), inter or it
+        return dense, rate, (near, far), inter
+
     def _bind(self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray) -> Bundle:
         phases: list[BoundPhase] = []
         for ph in schedule.phases:
             src = instances[np.ix_(rows, ph.src)].ravel()
             dst = instances[np.ix_(rows, ph.dst)].ravel()
-            all_links, all_w, rate, lat, inter = self._flow_links(src, dst)
-            dense = np.bincount(all_links, weights=all_w, minlength=self.num_links)
+            share = None if ph.share is None else np.tile(ph.share, len(rows))
+            dense, rate, (near, far), inter = self._link_loads(src, dst, share)
             uniq = np.flatnonzero(dense)  # O(flows + links): no sort of millions of entries
             counts = dense[uniq]
-            step = self.params.step_latency_inter_s if inter else self.params.step_latency_intra_s
+            intra_step = near + self.params.step_latency_intra_s
+            inter_step = max(near, far) + self.params.step_latency_inter_s
+            if not inter:
+                latency = ph.steps * intra_step
+            elif ph.inter_steps is None:
+                latency = ph.steps * inter_step
+            else:  # NCCL's latency model: only the node-crossing steps pay the network's
+                k = min(ph.inter_steps, ph.steps)
+                latency = k * inter_step + (ph.steps - k) * intra_step
             shared = float((self.bandwidth_Bps[uniq] / counts).min()) if uniq.size else np.inf
             phases.append(
                 BoundPhase(
                     links=uniq,
                     counts=counts,
-                    latency_s=ph.steps * (lat + step),
+                    latency_s=latency,
                     rate_Bps=float(rate),
                     bytes_factor=ph.bytes_factor,
                     steps=ph.steps,
@@ -484,7 +534,10 @@ class CollectivePricer:
                 best_algo, best_t = cand, lat + transfer
         if best_algo is None:
             raise CostModelError(f"no algorithm supports {kind.value} on this group")
-        best = self.bind(kind, inst, best_algo, root, key)
+        if pkey is not None and np.array_equal(probe, inst):
+            best = self.bind(kind, probe, best_algo, root, pkey)  # the probe was all of it
+        else:
+            best = self.bind(kind, inst, best_algo, root, key)
         if ckey is not None:
             self._choice_cache[ckey] = best
         return best

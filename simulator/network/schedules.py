@@ -15,7 +15,10 @@ Algorithms (S = full buffer, p = group size, as nccl-tests counts them):
   different links (NCCL/RCCL channels; one textbook ring where links are uniform and
   shared, e.g. behind one switch).
 - tree: NCCL's double binary tree for all-reduce: chains inside nodes, binary trees over
-  the nodes, each of the two trees carrying S/2 (2·depth steps); one tree for broadcast /
+  the nodes, each of the two trees carrying S/2 (2·depth steps). NCCL runs each tree on
+  several channels whose chains start at different GPUs, so a tree edge between two
+  nodes is spread over the nodes' rails: one flow per member pair of equal chain index,
+  each with an equal share of the edge's bytes. One (unspread) tree for broadcast /
   reduce.
 - recursive-halving-doubling: log2(p) pairwise exchanges (power-of-two groups).
 - direct: all pairs at once (all-to-all; reduce-scatter / all-gather / all-reduce as the
@@ -43,12 +46,24 @@ K = CollectiveKind
 
 @dataclass(frozen=True, eq=False)
 class Phase:
-    """Concurrent flows src[i] -> dst[i] (member positions), each carrying bytes_factor·S."""
+    """Concurrent flows src[i] -> dst[i] (member positions), each carrying bytes_factor·S,
+    or share[i]·bytes_factor·S when `share` is given (channels that split one logical
+    edge of an algorithm over several GPU pairs)."""
 
     src: np.ndarray
     dst: np.ndarray
     bytes_factor: float
     steps: int
+    share: np.ndarray | None = None
+    inter_steps: int | None = None
+    """Of `steps`, how many pay the network's latency when the phase crosses nodes (NCCL's
+    tuning model: a ring all-reduce 2 x nodes, other rings nodes - 1, a tree 2 log2
+    nodes); None: every step does."""
+
+    @property
+    def flow_volume(self) -> float:
+        """Sum of the flows' shares: bytes moved by the phase / (bytes_factor · S)."""
+        return float(self.share.sum()) if self.share is not None else float(len(self.src))
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,7 +167,11 @@ def ring_schedule(
     if kind in (K.ALL_REDUCE, K.ALL_GATHER, K.REDUCE_SCATTER):
         src, dst = _ring_flows(channels)
         mult = 2 if kind is K.ALL_REDUCE else 1
-        return Schedule("ring", (Phase(src, dst, mult * (p - 1) / p / c, mult * (p - 1)),))
+        crossings = 2 * layout.num_nodes if kind is K.ALL_REDUCE else layout.num_nodes - 1
+        return Schedule(
+            "ring",
+            (Phase(src, dst, mult * (p - 1) / p / c, mult * (p - 1), inter_steps=crossings),),
+        )
     if kind in (K.BROADCAST, K.REDUCE):
         chains = []
         for ring in channels:
@@ -160,7 +179,9 @@ def ring_schedule(
             chain = ring[i:] + ring[:i]
             chains.append(chain if kind is K.BROADCAST else chain[::-1])
         src, dst = _chain_flows(chains)
-        return Schedule("ring", (Phase(src, dst, 1.0 / c, p - 1),))
+        return Schedule(
+            "ring", (Phase(src, dst, 1.0 / c, p - 1, inter_steps=layout.num_nodes - 1),)
+        )
     raise CostModelError(f"algorithm 'ring' does not support {kind.value}")
 
 
@@ -220,23 +241,57 @@ def _node_tree_edges(chains: list[list[int]], head_last: bool) -> tuple[list[int
     return children, parents, depth + max(len(c) for c in chains) - 1
 
 
+def _spread_tree_flows(
+    chains: list[list[int]], head_last: bool
+) -> tuple[list[int], list[int], list[float], int]:
+    """One NCCL tree (see `_node_tree_edges`) with its inter-node edges spread over
+    channels: the edge between two nodes' heads becomes one flow between the c-th GPUs of
+    their chains for every c, each with share 1/C. Returns child -> parent flows
+    (children, parents, shares) and the depth in hops."""
+    oriented = [c[::-1] if head_last else c for c in chains]
+    children: list[int] = []
+    parents: list[int] = []
+    shares: list[float] = []
+    for chain in oriented:
+        for a, b in pairwise(chain):
+            children.append(b)
+            parents.append(a)
+            shares.append(1.0)
+    order = oriented[::-1] if head_last else oriented
+    for i in range(1, len(order)):
+        child, parent = order[i], order[(i - 1) // 2]
+        width = min(len(child), len(parent))
+        for k in range(width):
+            children.append(child[k])
+            parents.append(parent[k])
+            shares.append(1.0 / width)
+    depth = int(np.floor(np.log2(len(order)))) if len(order) > 1 else 0
+    return children, parents, shares, depth + max(len(c) for c in chains) - 1
+
+
 def tree_schedule(
     kind: CollectiveKind, layout: Layout, order: OrderFn = _identity_order, root: int = 0
 ) -> Schedule:
     """NCCL's trees: intra-node chains joined by a binary tree over nodes; all-reduce uses
     two such trees (heads at opposite ends of the chains, node order mirrored), each
-    carrying half of the buffer up (reduce) and down (broadcast), pipelined."""
+    carrying half of the buffer up (reduce) and down (broadcast), pipelined, with their
+    inter-node edges spread over the nodes' rails as NCCL's channels spread them."""
     p = layout.size
     _check_size(p)
     if p == 1:
         return Schedule("tree", ())
     chains = [order(ps) for ps in layout.positions_by(layout.node)]
     if kind is K.ALL_REDUCE:
-        c1, p1, d1 = _node_tree_edges(chains, head_last=False)
-        c2, p2, d2 = _node_tree_edges(chains, head_last=True)
+        c1, p1, s1, d1 = _spread_tree_flows(chains, head_last=False)
+        c2, p2, s2, d2 = _spread_tree_flows(chains, head_last=True)
         src = np.asarray(c1 + p1 + c2 + p2, dtype=np.int64)
         dst = np.asarray(p1 + c1 + p2 + c2, dtype=np.int64)
-        return Schedule("tree", (Phase(src, dst, 0.5, 2 * max(d1, d2, 1)),))
+        share = np.asarray(s1 + s1 + s2 + s2, dtype=np.float64)
+        unit = bool((share == 1.0).all())
+        log_nodes = int(np.floor(np.log2(len(chains))))
+        steps = 2 * max(d1, d2, 1)
+        phase = Phase(src, dst, 0.5, steps, None if unit else share, 2 * log_nodes)
+        return Schedule("tree", (phase,))
     if kind in (K.BROADCAST, K.REDUCE):
         home = next(i for i, c in enumerate(chains) if root in c)
         rooted = chains[home:] + chains[:home]
