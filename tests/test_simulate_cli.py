@@ -152,3 +152,10 @@ def test_strict_memory_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     captured = capsys.readouterr()
     assert json.loads(captured.out)["fits_in_memory"] is False
     assert "warning: needs" in captured.err
+
+
+def test_bench_only_matching_nothing_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A filter that selects no case is an error, not an empty (and misleading) results file."""
+    assert main(["bench", "--quick", "--only", "no-such-case"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--only" in err and "no-such-case" in err

@@ -77,6 +77,8 @@ def test_custom_file(capsys: pytest.CaptureFixture[str]) -> None:
         (["topology", "dgx-h100", "--nodes", "2", "--routing", "valiant"], "not supported"),
         (["topology", "frontier", "--nodes", "2", "--file", EXAMPLE], "--file is only for"),
         (["topology", "custom"], "needs --file"),
+        (["topology", "summit"], "unknown machine 'summit'"),
+        (["topology", "frontier"], "--nodes is required"),
         (["topology", "custom", "--file", "missing.yaml"], "cannot read"),
         (["topology", "custom", "--file", EXAMPLE, "--nodes", "3"], "not applicable"),
     ],

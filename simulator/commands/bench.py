@@ -29,7 +29,12 @@ def register(app: click.Group) -> None:
 
         cases = default_cases(quick)
         if only:
+            known = ", ".join(c.name for c in cases)
             cases = [c for c in cases if only.lower() in c.name.lower()]
+            if not cases:
+                raise click.BadParameter(
+                    f"no bench case name contains {only!r} (cases: {known})", param_hint="--only"
+                )
         console = Console(stderr=True)
 
         def show(row: dict[str, Any]) -> None:

@@ -54,9 +54,12 @@ def _build(machine: str, nodes: int | None, file: str | None, overrides: dict[st
         return load_custom_topology(file)
     if file:
         raise ConfigError("--file is only for MACHINE=custom")
+    from topologies.catalogue import machine_preset
+    from topologies.machines import build_machine
+
+    machine_preset(machine)  # an unknown name is the error to report, not the missing --nodes
     if nodes is None:
         raise ConfigError(f"--nodes is required for machine '{machine}'")
-    from topologies.machines import build_machine
 
     scale = overrides.pop("intra_node_bandwidth_scale")
     return build_machine(
