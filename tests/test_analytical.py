@@ -106,6 +106,25 @@ def test_eq7_across_nodes() -> None:
     assert bw(8, 2) == pytest.approx(20e9)
 
 
+def test_groups_straddling_nodes_are_measured_where_they_run() -> None:
+    """Groups of 3 consecutive GPUs on 4-GPU nodes cross node boundaries: their bandwidth
+    is measured on the 3 nodes they tile, not looked up as a node-local group."""
+    from topologies.machines import build_machine
+
+    built: list[int] = []
+
+    def build(nodes: int) -> object:
+        built.append(nodes)
+        return build_machine("perlmutter", nodes)
+
+    bw = TopologyBandwidths("perlmutter", 4, build=build)  # type: ignore[arg-type]
+    straddling = bw(1, 3)
+    assert built == [3]
+    node_local = bw(1, 2)
+    assert straddling < 0.5 * node_local  # a NIC, not NVLink, bounds the crossing rings
+    assert bw(1, 3) == straddling and built == [3, 1]  # cached
+
+
 def test_ranking_agrees_with_simulation_on_a_small_machine() -> None:
     """Every valid grid of a 4-layer GPT-5B on 8 Perlmutter GPUs simulated: the simulated
     best is among the analytical model's top 5 (the paper runs its top 10)."""

@@ -209,6 +209,22 @@ def test_bad_grids_name_the_field() -> None:
         )
 
 
+def test_vocabulary_is_padded_to_its_split_not_rejected() -> None:
+    """A Y split that does not divide the vocabulary pads it (as Megatron-LM does); the
+    padded logits layer is what the GEMMs, collectives and memory see."""
+    from workloads.axonn.layers import logits_layout, padded_vocab
+
+    spec = TransformerSpec(name="v", layers=2, hidden=96, heads=6, seq_len=32, vocab=100)
+    assert padded_vocab(100, 3) == 102 and padded_vocab(100, 4) == 100
+    assert logits_layout(spec, Grid(x=1, y=3, z=1, data=1)).n_local == 34
+    assert logits_layout(spec, Grid(x=1, y=4, z=1, data=1)).n_local == 25
+    grid = Grid(x=1, y=3, z=1, data=1)
+    graph = build_axonn_workload(spec, AxonnParallel(grid=grid), grid, TrainingSetup(32), 1)
+    ops = {op.name: op for op in graph.programs[0].ops}
+    assert ops["logits.fwd"].shape == (32, 34, 96)  # tokens x padded local vocabulary x h
+    assert ops["logits.ag_z"].bytes == 96 * 34 * spec.dtype_bytes  # the gathered padded block
+
+
 def test_unfused_attention_emits_megatron_kernels_and_stores_scores() -> None:
     grid = Grid(x=1, y=2, z=1, data=1)
     batch = 2 * SPEC.seq_len

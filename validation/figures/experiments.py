@@ -11,8 +11,9 @@ overlap and Megatron figures).
 - `axonn_overlap`: the best grid of a search re-simulated with the overlap flags added
   one at a time (baseline, +OAR, +ORS, +OAG).
 - `axonn_ranking` / `axonn_grid`: the analytical ranking alone, and one grid simulated.
-  Grids with an intra-node group the bandwidth probe cannot place (3 GPUs of a 4-GPU
-  node, as 6,144 GPUs allow) are ranked last instead of failing the search.
+  A grid with a group the bandwidth probe cannot place is ranked last instead of
+  failing the search (groups not aligned with nodes, such as the factor 3 that 6,144
+  GPUs force, are measured on the nodes they tile).
 - `strategy_best`: `axsim compare-strategies`' search for one strategy.
 - `collective_curve`: `axsim collective` (nccl-tests style) for one group;
   `group_bandwidth`: AxoNN's bandwidth measurement (1 GiB, all instances at once).
@@ -110,9 +111,9 @@ UNMEASURABLE_BPS = 1.0
 
 
 def _measurable(bw: Callable[[int, int], float]) -> Callable[[int, int], float]:
-    """The topology bandwidths, except that a group the probe cannot place (a size that
-    does not tile a node, e.g. 3 GPUs of a 4-GPU node) gets UNMEASURABLE_BPS instead of
-    failing the whole ranking: such grids go to the end of the model's order."""
+    """The topology bandwidths, except that a group the probe cannot place (its machine
+    fails to build) gets UNMEASURABLE_BPS instead of failing the whole ranking: such
+    grids go to the end of the model's order."""
 
     def beta(inner: int, own: int) -> float:
         try:

@@ -95,6 +95,19 @@ def block_layouts(
     return out
 
 
+def padded_vocab(vocab: int, split: int) -> int:
+    """The vocabulary rounded up to a multiple of the GPUs that split it.
+
+    Why: implementations pad the embedding rather than reject a split that does not
+    divide it (Megatron-LM pads to a multiple of 128 x its tensor-parallel size); the
+    padded rows are computed and communicated like real ones. axsim pads only as far as
+    the split needs, so a vocabulary the split divides is unchanged (51,200 over Y=3 is
+    51,201, not Megatron's 51,456: a 0.5% difference in one layer).
+    """
+    return -(-vocab // split) * split
+
+
 def logits_layout(spec: TransformerSpec, grid: Grid) -> LinearLayout:
-    """The output projection h -> vocab (tied with the input embedding), a normal layer."""
-    return linear_layout("logits", spec.hidden, spec.vocab, False, grid)
+    """The output projection h -> vocab (tied with the input embedding), a normal layer;
+    its output features (the vocabulary, split over Y) padded to a multiple of Y."""
+    return linear_layout("logits", spec.hidden, padded_vocab(spec.vocab, grid.y), False, grid)
