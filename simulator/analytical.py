@@ -27,7 +27,6 @@ axsim's own collective model on the machine; `PaperBandwidths` is the paper's ta
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, cast
