@@ -91,7 +91,7 @@ def register(app: click.Group) -> None:
     @click.option(
         "--machine",
         default=None,
-        help="Machine preset (perlmutter, frontier, alps, dgx-h100, dgx-h200, frontera-rtx).",
+        help="Machine preset (perlmutter, frontier, alps, dgx-a100, dgx-h100, dgx-h200, frontera-rtx, cpu-host, or custom with cluster.topology_file).",
     )
     @click.option("--gpus", type=int, default=None, help="Number of GPUs.")
     @click.option("--model", default=None, help="Model preset, e.g. gpt-80b.")
