@@ -75,7 +75,9 @@ def search_what(reduced: bool) -> str:
         "memory-feasible X x Y x Z x data grid ranked by the paper's analytical "
         "communication model (Eqs. 1-7) with group bandwidths measured by axsim's own "
         f"collective model on the machine (1 GiB concurrent all-reduces), the top {top} "
-        "simulated, the fastest shown; microbatch = the largest that fits."
+        "simulated, the fastest shown; microbatch = the largest that fits. Where Y "
+        "does not divide the vocabulary (a factor 3 at 6,144 GPUs) it is padded to a "
+        "multiple of Y, as Megatron-LM pads it; model FLOPs count the real vocabulary."
     )
 
 
