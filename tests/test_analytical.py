@@ -139,3 +139,22 @@ def test_ranking_agrees_with_simulation_on_a_small_machine() -> None:
         times[c["model_rank"]] = rep["iteration_time_s"]
     best_rank = min(times, key=lambda r: times[r])
     assert best_rank <= 5, f"simulated best is the model's #{best_rank}"
+
+
+def test_search_with_a_factor_3_pads_the_vocabulary_and_uses_y(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """12 GPUs and a power-of-two batch force a factor 3 into X or Y; a vocabulary of 256
+    no longer rules Y=3 out (it is padded), so the search ranks and simulates such grids."""
+    import json
+
+    from simulator.cli import main
+
+    args = ["search", "--machine", "perlmutter", "--gpus", "12", "--model", "gpt-tiny"]
+    args += ["--batch-tokens", "512", "--set", "model.hidden=96", "--set", "model.heads=6"]
+    assert main([*args, "--top", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    grids = [c["grid"] for c in out["ranked"]]
+    assert all((g["x"] * g["y"]) % 3 == 0 for g in grids)
+    assert any(g["y"] % 3 == 0 for g in grids)  # impossible before the padding (256 % 3)
+    assert out["best"]["grid"] in grids[:3] and out["best"]["iteration_time_s"] > 0
