@@ -113,21 +113,12 @@ class TopologyBandwidths:
     _inter: float | None = None
 
     def _busbw(self, nodes: int, own: int, stride: int) -> float:
-        """Bus bandwidth of concurrent instances tiling `nodes` nodes; a single instance
-        where the placement does not tile the node (odd group sizes)."""
+        """Bus bandwidth of all instances of the placement running concurrently on
+        `nodes` nodes (callers pass node counts the placement tiles)."""
         from simulator.microbench import collective_sweep
 
-        topo = self.build(nodes)
-        tiles = topo.num_gpus % (own * stride) == 0
         rows = collective_sweep(
-            topo,
-            "all-reduce",
-            own,
-            stride,
-            [PROBE_BYTES],
-            "auto",
-            self.network,
-            instances="all" if tiles else "one",
+            self.build(nodes), "all-reduce", own, stride, [PROBE_BYTES], "auto", self.network
         )
         return rows[0].busbw_GBps * 1e9
 
@@ -144,15 +135,16 @@ class TopologyBandwidths:
             return hit
         g = self.gpus_per_node
         span = inner * own
+        tiled_nodes = math.lcm(span, g) // g  # fewest whole nodes the placement tiles
         if span <= g and g % span == 0:  # inside a node
             beta = self._busbw(1, own, inner)
-        elif span % g == 0 or math.lcm(span, g) // g > MAX_PROBE_NODES:  # whole nodes: (7)
+        elif span % g == 0 or tiled_nodes > MAX_PROBE_NODES:  # whole nodes: (7)
             beta = self.beta_inter() / min(g, inner)
         else:
             # groups not aligned with node boundaries (a factor 3 on 4-GPU nodes): some
             # instances straddle two nodes, so neither the node-local table nor (7)
-            # applies; measure the placement itself on the fewest nodes it tiles
-            beta = self._busbw(math.lcm(span, g) // g, own, inner)
+            # applies; measure the placement itself where it tiles
+            beta = self._busbw(tiled_nodes, own, inner)
         self._cache[key] = beta
         return beta
 
