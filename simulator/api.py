@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from simulator.build import build_cost_model, build_topology
 from simulator.config import ExperimentConfig
 from simulator.engine.core import Engine, EngineResult, MaterializationRequired, ProgressFn
+from simulator.errors import ConfigError
 from simulator.network.params import network_params_for
 from simulator.report import Report, build_report
 from simulator.workload import WorkloadPlan, build_plan
@@ -42,6 +43,14 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         from simulator.cost.calibration import load_calibration
 
         calibration = load_calibration(config.engine.calibration)
+        if calibration.for_gpu(gpu.name) is None:
+            # a calibration only speaks for the GPU type it was fitted on: applying none of
+            # it silently would report an uncalibrated run as calibrated
+            fitted = ", ".join(sorted(calibration.gpus)) or "none"
+            raise ConfigError(
+                f"engine.calibration: {config.engine.calibration} has no tables for GPU "
+                f"'{gpu.name}' (it calibrates: {fitted})"
+            )
     from simulator.cost.kernels import KernelModel
 
     kernels = KernelModel(gpu, calibration=calibration)

@@ -106,11 +106,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _optional_modules() -> dict[str, str]:
     return {
-        "torch": "pip install 'axsim[torch]'",
-        "dask": "pip install 'axsim[dask]'",
-        "distributed": "pip install 'axsim[dask]'",
-        "matplotlib": "pip install 'axsim[figures]'",
-        "hta": "pip install 'axsim[hta]'",
+        "torch": "in the axsim checkout: pip install -e '.[torch]'",
+        "dask": "in the axsim checkout: pip install -e '.[dask]'",
+        "distributed": "in the axsim checkout: pip install -e '.[dask]'",
+        "matplotlib": "in the axsim checkout: pip install -e '.[figures]'",
+        "hta": "in the axsim checkout: pip install -e '.[hta]'",
     }
 
 

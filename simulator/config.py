@@ -314,7 +314,28 @@ def load_config(
     """Load a config file (or the embedded default) and apply `--set` overrides."""
     data = default_config_mapping() if path is None else read_yaml_mapping(path)
     data = apply_overrides(data, overrides)
+    if path is None:
+        data = size_custom_default(data, overrides)
     return validate_config(data, source=str(path) if path else "config")
+
+
+def size_custom_default(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """The embedded default switched to a custom topology keeps no GPU count of its own.
+
+    The default's 1,024 GPUs belong to its Perlmutter; a custom topology file says how many
+    GPUs it has, so only a count the user gave (`cluster.gpus` / `cluster.nodes`) is kept.
+    """
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and cluster.get("machine") == "custom":
+        given = {
+            key
+            for key in ("gpus", "nodes")
+            if any(o.startswith(f"cluster.{key}=") for o in overrides)
+        }
+        for key in ("gpus", "nodes"):
+            if key not in given:
+                cluster.pop(key, None)
+    return data
 
 
 def config_json_schema() -> dict[str, Any]:

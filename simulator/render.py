@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +17,17 @@ from simulator.engine.core import ProgressFn
 from simulator.report import Report
 from simulator.units import format_bytes, format_seconds
 
+PIPED_WIDTH = 160
+
+
+def stdout_console() -> Console:
+    """The console for tables on stdout. A pipe or file gets PIPED_WIDTH columns (rich
+    would use 80 and cut or squeeze wide tables); a terminal or $COLUMNS keeps its width."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=PIPED_WIDTH)
+    return console
+
 
 def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:5.1f}%" if whole > 0 else "  -  "
@@ -23,17 +35,18 @@ def _pct(part: float, whole: float) -> str:
 
 def render_report(report: Report, console: Console | None = None) -> None:
     """Print a report as rich tables."""
-    c = console or Console()
+    c = console or stdout_console()
     g = report.grid
     grid = " x ".join(f"{k}={v}" for k, v in g.items())
-    head = (
-        f"[bold]{report.model}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine}), "
-        f"strategy {report.strategy} {escape('[' + grid + ']')}, engine {report.engine_mode}/{report.network_model}"
-    )
+    # the title stays short: a piped (80-column) console would cut a long one, and the
+    # grid is what a user who let axsim pick it most needs to see
+    head = f"[bold]{report.model}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine})"
     t = report.iteration_time_s
     summary = Table.grid(padding=(0, 2))
     summary.add_column(justify="left")
     summary.add_column(justify="right")
+    summary.add_row("configuration", escape(f"{report.strategy} [{grid}]"))
+    summary.add_row("engine", f"{report.engine_mode} mode, {report.network_model} network")
     summary.add_row("iteration time", f"[bold]{format_seconds(t)}[/]")
     summary.add_row(
         "model FLOP/s",

@@ -88,3 +88,14 @@ def test_straggler_breaks_alignment_and_falls_back_to_exact() -> None:
     assert fast.iteration_time_s == slow.iteration_time_s
     for r in range(4):
         np.testing.assert_array_equal(fast.timeline.rank(r).end_s, slow.timeline.rank(r).end_s)
+
+
+def test_a_slowdown_of_one_is_no_straggler_and_keeps_the_symmetric_mode() -> None:
+    """A what-if sweep's baseline point (slowdown 1.0) must not force the full mode."""
+    g = _graph(_program(5))
+    topo = build_switched(4, 40e9, 1e-6)
+    base = run(g, topo, "contention", mode="auto")
+    neutral = run(g, topo, "contention", mode="auto", stragglers={2: 1.0})
+    slowed = run(g, topo, "contention", mode="auto", stragglers={2: 1.5})
+    assert neutral.mode == base.mode == "symmetric" and slowed.mode == "full"
+    assert neutral.iteration_time_s == base.iteration_time_s < slowed.iteration_time_s

@@ -159,3 +159,43 @@ def test_bench_only_matching_nothing_is_one_line_exit_2(capsys: pytest.CaptureFi
     assert main(["bench", "--quick", "--only", "no-such-case"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--only" in err and "no-such-case" in err
+
+
+def test_a_calibration_of_another_gpu_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Applying none of a calibration silently would report an uncalibrated run as calibrated."""
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("version: 1\ngpus:\n  a100-40gb:\n    overlap_slowdown: 1.1\n")
+    args = ["simulate", *SMALL, "--calibration", str(cal)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "engine.calibration" in err and "no tables for GPU 'h100'" in err
+    assert "(it calibrates: a100-40gb)" in err
+    assert main([*args, "--set", "cluster.gpu=a100-40gb", "--json"]) == 0
+
+
+def test_bench_table_keeps_the_mode_in_case_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Case names carry '[mode, network]', which rich would swallow as markup."""
+    out = tmp_path / "bench.json"
+    only = "1,024 Perlmutter GPUs [symmetric, alpha"
+    assert main(["bench", "--quick", "--only", only, "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "[symmetric, alpha-beta]" in captured.out
+    assert json.loads(out.read_text())["cases"][0]["name"].endswith("[symmetric, alpha-beta]")
+
+
+def test_custom_machine_takes_its_gpu_count_from_the_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The default's 1,024 GPUs are Perlmutter's; a custom file says how many it has."""
+    topo = str(Path(__file__).parent / "data" / "custom_topology.yaml")
+    args = ["simulate", "--machine", "custom", "--set", f"cluster.topology_file={topo}"]
+    args += ["--model", "gpt-tiny", "--batch-tokens", "8192", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"] == 4
+    assert main([*args, "--gpus", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"] == 2

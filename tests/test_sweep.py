@@ -229,7 +229,10 @@ def test_missing_optional_dependencies_are_one_clear_error(
 ) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as if not installed
     spec = parse_spec({"set": BASE_SET, "axes": {"engine.mode": ["auto"]}})
-    with pytest.raises(SweepError, match=r"dask is not installed: pip install 'axsim\[dask\]'"):
+    with pytest.raises(
+        SweepError,
+        match=r"dask is not installed \(in the axsim checkout: pip install -e '\.\[dask\]'\)",
+    ):
         run_sweep(spec, tmp_path, dask_local=1)
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(SweepError, match="--format parquet needs pyarrow"):

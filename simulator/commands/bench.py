@@ -23,9 +23,11 @@ def register(app: click.Group) -> None:
     def bench_cmd(quick: bool, only: str | None, out_file: str) -> None:
         """Measure the engine on the scaling cases (each case in its own process)."""
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         from simulator.bench import default_cases, run_bench
+        from simulator.render import stdout_console
 
         cases = default_cases(quick)
         if only:
@@ -39,10 +41,10 @@ def register(app: click.Group) -> None:
 
         def show(row: dict[str, Any]) -> None:
             if "error" in row:
-                console.print(f"[red]{row['name']}: {row['error']}[/]")
+                console.print(f"[red]{escape(row['name'])}: {escape(row['error'])}[/]")
             else:
                 console.print(
-                    f"{row['name']}: {row['wall_time_s']:.2f} s, {int(row['peak_rss_bytes']) / 2**30:.2f} GiB"
+                    f"{escape(row['name'])}: {row['wall_time_s']:.2f} s, {int(row['peak_rss_bytes']) / 2**30:.2f} GiB"
                 )
 
         result = run_bench(cases, show)
@@ -63,10 +65,19 @@ def register(app: click.Group) -> None:
             table.add_column(col, justify="right" if col != "case" else "left")
         for r in result["cases"]:
             if "error" in r:
-                table.add_row(r["name"], "error", r["error"], "", "", "", "", r.get("target", ""))
+                table.add_row(
+                    escape(r["name"]),
+                    "error",
+                    escape(r["error"]),
+                    "",
+                    "",
+                    "",
+                    "",
+                    r.get("target", ""),
+                )
                 continue
             table.add_row(
-                r["name"],
+                escape(r["name"]),
                 f"{r['wall_time_s']:.2f}",
                 f"{r['peak_rss_bytes'] / 2**30:.2f}",
                 f"{r['events']:,}",
@@ -75,8 +86,5 @@ def register(app: click.Group) -> None:
                 f"{r['ops_simulated']:,} / {r['ops_represented']:,}",
                 r.get("target", ""),
             )
-        out = Console()
-        if not out.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
-            out = Console(width=200)
-        out.print(table)
+        stdout_console().print(table)
         click.echo(f"results written to {out_file}")

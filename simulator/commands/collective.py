@@ -99,8 +99,9 @@ def register(app: click.Group) -> None:
         if as_json:
             click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
             return
-        from rich.console import Console
         from rich.table import Table
+
+        from simulator.render import stdout_console
 
         table = Table(
             title=f"{op} on {topo.name}: group {group}, "
@@ -117,4 +118,4 @@ def register(app: click.Group) -> None:
                 f"{r.busbw_GBps:.2f}",
                 r.algorithm,
             )
-        Console().print(table)
+        stdout_console().print(table)

@@ -36,9 +36,10 @@ def _config_text(o: StrategyOutcome) -> str:
 
 def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
     """Print the comparison as a rich table (stdout)."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from simulator.render import stdout_console
 
     table = Table(title=title)
     heads: tuple[str, ...] = ("strategy", "iteration", "TFLOP/s/GPU", "% peak", "exposed comm")
@@ -62,7 +63,7 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
             f"{sp:.2f}x" if sp is not None else "-",
             escape(_config_text(o)),
         )
-    console = Console()
+    console = stdout_console()
     console.print(table)
     for o in outcomes:
         if o.result is None:

@@ -95,10 +95,9 @@ def register(app: click.Group) -> None:
                 )
             )
             return
-        from rich.console import Console
         from rich.table import Table
 
-        from simulator.render import render_report
+        from simulator.render import render_report, stdout_console
 
         table = Table(
             title=f"AxoNN grids for {cfg.model.name} on {n} {gpu.name} GPUs ({bandwidths} bandwidths)"
@@ -127,6 +126,6 @@ def register(app: click.Group) -> None:
                 sim,
                 "-" if c.simulated_rank is None else str(c.simulated_rank),
             )
-        Console().print(table)
+        stdout_console().print(table)
         if best is not None:
             render_report(best.report)

@@ -12,6 +12,7 @@ from simulator.config import (
     apply_overrides,
     default_config_mapping,
     read_yaml_mapping,
+    size_custom_default,
     validate_config,
 )
 from simulator.errors import ConfigError
@@ -82,6 +83,8 @@ def resolve_config(
         if current.get("strategy", "axonn") != strategy:
             data["parallel"] = {"strategy": strategy}
     data = apply_overrides(data, [*overrides, *sets])
+    if config_path is None:
+        data = size_custom_default(data, [*overrides, *sets])
     return validate_config(data, source=config_path or "config")
 
 
@@ -188,7 +191,8 @@ def register(app: click.Group) -> None:
             render_report(report)
             if out_dir:
                 click.echo(
-                    f"outputs written to {out_dir}/ (report.json, config.resolved.yaml, timeline.csv, links.csv, trace.json)"
+                    f"outputs written to {out_dir.rstrip('/')}/ (report.json, config.resolved.yaml, "
+                    "timeline.csv, links.csv, trace.json, kineto/rank-R.json)"
                 )
         if not report.fits_in_memory:
             print(

@@ -74,10 +74,11 @@ def _num(x: Any, digits: int = 1) -> str:
 
 
 def _render(summary: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from simulator.render import stdout_console
+
+    console = stdout_console()
     console.print(f"[bold]{summary['name']}[/bold] — {summary['description']}")
     console.print(
         f"{summary['gpus']:,} GPUs ({summary['gpu_type'] or 'unspecified'}) on {summary['nodes']:,} nodes, "

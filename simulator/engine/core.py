@@ -121,10 +121,11 @@ class Engine:
         self.graph = graph
         self.topology = topology
         self.cost = cost
-        self.stragglers = dict(stragglers or {})
-        for r in self.stragglers:
+        for r in stragglers or {}:
             if not 0 <= r < graph.world_size:
                 raise EngineError(f"straggler rank {r} is outside 0..{graph.world_size - 1}")
+        # a slowdown of exactly 1 changes nothing, so it must not force the full mode
+        self.stragglers = {r: f for r, f in (stragglers or {}).items() if f != 1.0}
         self.view: RankView = choose_view(graph, mode, bool(self.stragglers))
         cost.pricer.tuner = "bottleneck" if cost.network == "alpha-beta" else "shared"
         if placement is None:

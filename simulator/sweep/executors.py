@@ -64,7 +64,9 @@ def dask_client(
 
         from distributed import Client, LocalCluster
     except ImportError:
-        raise SweepError("dask is not installed: pip install 'axsim[dask]'") from None
+        raise SweepError(
+            "dask is not installed (in the axsim checkout: pip install -e '.[dask]')"
+        ) from None
     if scheduler:
         try:
             return Client(scheduler, timeout=f"{timeout_s}s"), None

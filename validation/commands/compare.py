@@ -24,8 +24,15 @@ def _fmt(x: float | None, scale: float = 1e3) -> str:
     "--config", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="axsim YAML config, or a torch4d run.json (default: TRACES/run.json).",
 )  # fmt: skip
-@click.option("--calibration", type=click.Path(dir_okay=False, path_type=Path), default=None)
-@click.option("--tolerance", type=click.FloatRange(min=0.0), default=0.2, show_default=True)
+@click.option(
+    "--calibration", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Calibration file (from `axsim calibrate`) for the simulated run.",
+)  # fmt: skip
+@click.option(
+    "--tolerance", type=click.FloatRange(min=0.0), default=0.2, show_default=True,
+    help="Relative error of the iteration time beyond which the exit code is 3 "
+    "(the per-kind and per-group rows are reported, never judged).",
+)  # fmt: skip
 @click.option("--machine", default=None, help="Machine preset for a GPU run.json.")
 @click.option(
     "--network", type=click.Choice(["contention", "alpha-beta"]), default="contention",

@@ -62,7 +62,7 @@ def register(app: click.Group) -> None:
         figures = select(only)
         if list_only:
             for f in figures:
-                click.echo(f"{f.name:26s} {f.title}")
+                click.echo(f"{f.name:26s} {f.family:14s} {f.title}")
             return
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs must be positive, got {jobs}")

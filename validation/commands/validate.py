@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import click
 
@@ -24,9 +23,10 @@ def _num(v: float | None, digits: int = 4) -> str:
 
 def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
     """The comparison table on stdout, then one line per case's detail."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from simulator.render import stdout_console
 
     table = Table(
         title="axsim validate: published vs simulated" + (" (reduced)" if reduced else "")
@@ -63,7 +63,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
             c.role,
             escape(c.cite),
         )
-    console = Console(width=None if sys.stdout.isatty() else 160)  # pipes: no 80-column wrap
+    console = stdout_console()
     console.print(table)
     for r in results:
         console.print(f"[dim]{escape(r.case.name)}: {escape(r.detail)}[/]")

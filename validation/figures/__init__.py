@@ -50,6 +50,9 @@ def select(only: str | None) -> list[Figure]:
         match = [f for f in figures if item in (f.name, f.family)]
         if not match:
             known = ", ".join(f.name for f in figures)
-            raise ConfigError(f"--only: unknown figure '{item}' (known: {known})")
+            families = ", ".join(dict.fromkeys(f.family for f in figures))
+            raise ConfigError(
+                f"--only: unknown figure '{item}' (figures: {known}; families: {families})"
+            )
         chosen.extend(f for f in match if f not in chosen)
     return chosen
