@@ -19,34 +19,34 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from simulator.errors import ConfigError, SimulatorError
 from topologies.catalogue import machine_preset
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_catalogue
+from topologies.machines import MAX_GPUS
+from topologies.yaml_loader import load_user_yaml, yaml_error_line
 from workloads.errors import WorkloadError
 from workloads.models import TransformerSpec, model_preset, with_overrides
 from workloads.strategies import ParallelConfig, parallel_degrees
+from workloads.user_model import UserModel
 
-Frozen = ConfigDict(frozen=True, extra="forbid")
 
+class Straggler(UserModel):
+    """One slow GPU: its compute kernels take `slowdown` times longer (below 1: faster)."""
 
-class Straggler(BaseModel):
-    """One slow GPU: its compute kernels take `slowdown` times longer."""
-
-    model_config = Frozen
     rank: int = Field(ge=0)
-    slowdown: float = Field(gt=0)
+    # 100x faster to 10,000x slower: beyond that the value is a typo, not a what-if
+    slowdown: float = Field(ge=0.01, le=1e4)
 
 
-class ClusterConfig(BaseModel):
+class ClusterConfig(UserModel):
     """The machine: a preset (or a custom topology file) at a size, plus what-if overrides."""
 
-    model_config = Frozen
     machine: str = "perlmutter"
-    nodes: int | None = Field(default=None, gt=0)
-    gpus: int | None = Field(default=None, gt=0)
+    nodes: int | None = Field(default=None, gt=0, le=MAX_GPUS)
+    gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     gpu: str | None = None
     topology_file: str | None = None
     nic_bandwidth_GBps: float | None = Field(default=None, gt=0)
@@ -120,19 +120,20 @@ class ClusterConfig(BaseModel):
         return machine_preset(self.machine).gpu if self.machine != "custom" else "h100"
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(UserModel):
     """A transformer: a preset name plus optional field overrides."""
 
-    model_config = Frozen
     name: str = "gpt-80b"
-    layers: int | None = Field(default=None, gt=0)
-    hidden: int | None = Field(default=None, gt=0)
-    heads: int | None = Field(default=None, gt=0)
-    kv_heads: int | None = Field(default=None, gt=0)
-    ffn_hidden: int | None = Field(default=None, gt=0)
+    # upper bounds far beyond any real model (GPT-640B: 192 layers, hidden 16,384): they
+    # stop a typo from building a program that exhausts memory
+    layers: int | None = Field(default=None, gt=0, le=4096)
+    hidden: int | None = Field(default=None, gt=0, le=2**20)
+    heads: int | None = Field(default=None, gt=0, le=2**14)
+    kv_heads: int | None = Field(default=None, gt=0, le=2**14)
+    ffn_hidden: int | None = Field(default=None, gt=0, le=2**22)
     gated_mlp: bool | None = None
-    seq_len: int | None = Field(default=None, gt=0)
-    vocab: int | None = Field(default=None, gt=0)
+    seq_len: int | None = Field(default=None, gt=0, le=2**24)
+    vocab: int | None = Field(default=None, gt=0, le=2**24)
     dtype: Literal["bf16", "fp16", "fp32"] | None = None
 
     @model_validator(mode="after")
@@ -149,12 +150,12 @@ class ModelConfig(BaseModel):
         return with_overrides(base, **fields)
 
 
-class TrainingConfig(BaseModel):
+class TrainingConfig(UserModel):
     """Batch and memory-saving choices of the training run."""
 
-    model_config = Frozen
-    batch_tokens: int = Field(default=2**24, gt=0)
-    microbatch_sequences: int | None = Field(default=None, gt=0)
+    # 2^36 tokens: 4,096x the AxoNN paper's batch (a bound against typos, see ModelConfig)
+    batch_tokens: int = Field(default=2**24, gt=0, le=2**36)
+    microbatch_sequences: int | None = Field(default=None, gt=0, le=2**24)
     activation_checkpointing: bool = True
     optimizer: Literal["adam", "sgd"] = "adam"
     flash_attention: bool = Field(
@@ -165,10 +166,9 @@ class TrainingConfig(BaseModel):
     master_weights_fp32: bool = True
 
 
-class EngineConfig(BaseModel):
+class EngineConfig(UserModel):
     """How the simulation is run and priced."""
 
-    model_config = Frozen
     mode: Literal["auto", "full", "symmetric"] = "auto"
     network: Literal["alpha-beta", "contention"] = "contention"
     collective_algorithm: Literal[
@@ -185,10 +185,9 @@ class EngineConfig(BaseModel):
     compute_slowdown_under_overlap: float | None = Field(default=None, ge=1.0)
 
 
-class ExperimentConfig(BaseModel):
+class ExperimentConfig(UserModel):
     """Everything that defines one simulated training iteration."""
 
-    model_config = Frozen
     cluster: ClusterConfig
     model: ModelConfig = ModelConfig()
     parallel: Annotated[ParallelConfig, Field(discriminator="strategy")]
@@ -208,9 +207,18 @@ class ExperimentConfig(BaseModel):
                 parallel_degrees(self.parallel, gpus)
             except WorkloadError as e:
                 raise ValueError(str(e)) from None
+        seen: set[int] = set()
         for s in self.cluster.stragglers:
             if gpus is not None and s.rank >= gpus:
                 raise ValueError(f"cluster.stragglers: rank {s.rank} >= {gpus} GPUs")
+            if s.rank in seen:
+                raise ValueError(f"cluster.stragglers: rank {s.rank} is listed twice")
+            seen.add(s.rank)
+        if self.cluster.topology_file and self.cluster.machine != "custom":
+            raise ValueError(
+                f"cluster.topology_file: read only with machine: custom "
+                f"(machine is {self.cluster.machine})"
+            )
         return self
 
     def to_yaml(self) -> str:
@@ -229,12 +237,18 @@ def read_yaml_file(
 ) -> Any:
     """Parse a YAML file; `error` names the file when it is missing or not valid YAML."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise error(f"{p}: {what} not found")
+    if p.is_dir():
+        raise error(f"{p}: is a folder, not a {what}")
     try:
-        return yaml.safe_load(p.read_text())
+        return load_user_yaml(p.read_text())
+    except OSError as e:
+        raise error(f"{p}: cannot read the {what} ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise error(f"{p}: not a text file (not UTF-8)") from None
     except yaml.YAMLError as e:
-        raise error(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise error(f"{p}: not valid YAML ({yaml_error_line(e)})") from None
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
@@ -257,16 +271,35 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         )
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        if raw.strip()[:1] in "[{":  # meant as a list or mapping: say why it is not one
+            raise ConfigError(f"--set {item!r}: not valid YAML ({yaml_error_line(exc)})") from None
         value = raw
     return parts, value
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply dotted overrides to a raw config mapping (a deep copy is returned)."""
+    """Apply dotted overrides to a raw config mapping (a deep copy is returned).
+
+    As in a sweep, a `parallel.strategy` that changes the strategy resets the parallel
+    section first (the old strategy's fields would not validate under the new one), and
+    a GPU count replaces a node count (and the other way round) unless both are given.
+    """
     out = deepcopy(dict(data))
-    for item in overrides:
-        parts, value = parse_override(item)
+    parsed = [(item, *parse_override(item)) for item in overrides]
+    keys = {".".join(parts) for _, parts, _ in parsed}
+    parsed.sort(key=lambda p: ".".join(p[1]) != "parallel.strategy")  # stable
+    for item, parts, value in parsed:
+        dotted = ".".join(parts)
+        if dotted == "parallel.strategy":
+            section = out.get("parallel")
+            current = section.get("strategy", "axonn") if isinstance(section, dict) else None
+            if current != value:
+                out["parallel"] = {}
+        elif dotted in ("cluster.gpus", "cluster.nodes") and isinstance(out.get("cluster"), dict):
+            other = "cluster.nodes" if dotted == "cluster.gpus" else "cluster.gpus"
+            if other not in keys:
+                out["cluster"].pop(other.split(".")[1], None)
         cur: dict[str, Any] = out
         for p in parts[:-1]:
             nxt = cur.get(p)

@@ -34,35 +34,47 @@ def parse_trace_ranks(text: str | None, world: int) -> list[int]:
     """'0-3,16' -> [0, 1, 2, 3, 16]; None -> the default selection."""
     from simulator.errors import ConfigError
 
-    if not text:
+    if text is None:
         return default_trace_ranks(world)
-    if text == "all":
+    if text.strip() == "all":
         return list(range(world))
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
         try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                out.extend(range(lo, hi + 1))
-            else:
-                out.append(int(part))
+            lo, hi = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part),) * 2
         except ValueError:
             raise ConfigError(
                 f"--trace-ranks: cannot read '{part}' (use e.g. 0-3,16 or all)"
             ) from None
+        if hi < lo:
+            raise ConfigError(f"--trace-ranks: range '{part}' ends before it starts")
+        out.extend(range(lo, hi + 1))
     bad = [r for r in out if not 0 <= r < world]
     if bad:
         raise ConfigError(f"--trace-ranks: rank {bad[0]} is outside 0..{world - 1}")
     return sorted(set(out))
 
 
+def make_out_dir(path: str | Path, flag: str = "--out") -> Path:
+    """Create an output folder; a path that cannot be one is a ConfigError naming it."""
+    from simulator.errors import ConfigError
+
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{flag} {path}: exists and is not a folder") from None
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot create the folder ({exc.strerror})") from None
+    return out
+
+
 def write_outputs(
     result: Result, out_dir: str | Path, trace_ranks: list[int] | None = None
 ) -> list[Path]:
     """Write all output files; returns their paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_out_dir(out_dir)
     ranks = (
         trace_ranks
         if trace_ranks is not None

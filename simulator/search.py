@@ -27,6 +27,7 @@ from workloads.axonn.params import AxonnParallel, Grid
 from workloads.axonn.workload import TrainingSetup, check_grid, choose_microbatch, memory_for
 from workloads.errors import WorkloadError
 from workloads.models import TransformerSpec
+from workloads.run import divisors
 
 if TYPE_CHECKING:
     from simulator.api import Result
@@ -59,10 +60,6 @@ class Candidate:
             "simulated_iteration_time_s": self.simulated_iteration_time_s,
             "simulated_rank": self.simulated_rank,
         }
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def all_grids(gpus: int) -> list[Grid]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from simulator.errors import ConfigError
@@ -21,6 +22,9 @@ def parse_bytes(text: str, field: str = "--bytes") -> int:
     return round(value)
 
 
+MAX_SWEEP_SIZES = 256  # a sweep is read by a person: more rows than that is a typo
+
+
 def parse_size_sweep(text: str, factor: float = 2.0, field: str = "--bytes") -> list[int]:
     """'1G' -> [1G]; '8:1G' -> 8, 16, ... up to 1G (times `factor`)."""
     if ":" not in text:
@@ -29,8 +33,14 @@ def parse_size_sweep(text: str, factor: float = 2.0, field: str = "--bytes") -> 
     lo, hi = parse_bytes(lo_s, field), parse_bytes(hi_s, field)
     if hi < lo:
         raise ConfigError(f"{field}: sweep end {hi_s} is below its start {lo_s}")
-    if factor <= 1:
+    if not factor > 1:  # also NaN
         raise ConfigError(f"--factor must be greater than 1, got {factor}")
+    count = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+    if count > MAX_SWEEP_SIZES:
+        raise ConfigError(
+            f"--factor {factor} gives {count:,} sizes from {lo_s} to {hi_s} "
+            f"(at most {MAX_SWEEP_SIZES}); use a larger factor"
+        )
     sizes = []
     v = float(lo)
     while v <= hi * (1 + 1e-12):
@@ -54,3 +64,21 @@ def format_seconds(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:.3f} ms"
     return f"{s * 1e6:.2f} µs"
+
+
+def split_names(text: str, flag: str) -> list[str]:
+    """A comma-separated list of names from a flag: no empty item, no name twice.
+
+    Why strict: `--only ''` silently meaning "everything" starts a run of minutes, and
+    `a,,b` or `a,a` is a typo, not a request."""
+    items = [s.strip() for s in text.split(",")]
+    if not any(items):
+        raise ConfigError(f"{flag}: give at least one name")
+    if not all(items):
+        raise ConfigError(f"{flag} {text!r}: an empty name between commas")
+    seen: set[str] = set()
+    for item in items:
+        if item.lower() in seen:
+            raise ConfigError(f"{flag}: '{item}' is given twice")
+        seen.add(item.lower())
+    return items

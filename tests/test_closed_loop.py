@@ -102,3 +102,21 @@ def test_compare_exit_code_beyond_tolerance(
     assert main([*args, "--tolerance", "0"]) == 3
     out = capsys.readouterr().out
     assert "BEYOND tolerance" in out and "iteration" in out and "data" in out
+
+
+def test_compare_refuses_a_missing_rank_and_a_gpu_machine_for_a_cpu_run(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Either would compare two different things and print a plausible-looking table."""
+    import shutil
+
+    partial = tmp_path / "partial"
+    shutil.copytree(runs["A"], partial)
+    (rank1,) = partial.glob("rank1.*")
+    rank1.unlink()
+    assert main(["compare", "--traces", str(partial)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no trace of rank 1 (world size 4)" in err and "\n" not in err
+    assert main(["compare", "--traces", str(runs["A"]), "--machine", "dgx-h100"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--machine dgx-h100" in err and "is a CPU run" in err and "\n" not in err

@@ -120,11 +120,38 @@ def test_outputs_and_perfetto_trace(tmp_path: Path, capsys: pytest.CaptureFixtur
         ([*SMALL[:6], "--batch-tokens", "96", "--grid", "1,1,2,8"], "not divisible by data*z"),
         ([*SMALL[:6], "--batch-tokens", "100"], "not a multiple of model.seq_len"),
         (["--gpus", "-8"], "greater than 0"),
+        (["--gpus", "10000000"], "less than or equal to 262144"),
+        (["--grid", "0,2,2,4"], "four positive integers"),
+        (["--grid", ""], "four positive integers"),
+        ([*SMALL, "--set", "cluster.nic_bandwidth_GBps=true"], "got the boolean True"),
+        ([*SMALL, "--set", "cluster.nic_bandwidth_GBps=.inf"], "finite number"),
+        ([*SMALL, "--set", "cluster.nic_bandwidth_GBps=1e-9"], "exceeds the engine's range"),
+        ([*SMALL, "--set", "model.layers=100000000"], "less than or equal to 4096"),
+        ([*SMALL, "--set", "training.batch_tokens=1000000000000000000"], "less than or equal"),
+        ([*SMALL, "--set", "cluster.topology_file=t.yaml"], "only with machine: custom"),
+        ([*SMALL, "--set", "cluster.stragglers=[{rank: 1"], "not valid YAML"),
+        (
+            [
+                *SMALL,
+                "--set",
+                "cluster.stragglers=[{rank: 1, slowdown: 2}, {rank: 1, slowdown: 3}]",
+            ],
+            "rank 1 is listed twice",
+        ),
+        ([*SMALL, "--trace-ranks", "0-3"], "give --out DIR"),
+        ([*SMALL, "--out", "/proc/axsim-cannot-be-here"], "cannot create the folder"),
+        ([*SMALL, "--out", "o", "--trace-ranks", "7-0"], "ends before it starts"),
+        ([*SMALL, "--out", "o", "--trace-ranks", ""], "cannot read ''"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
-    args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+    args: list[str],
+    needle: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.chdir(tmp_path)
     assert main(["simulate", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("axsim: error:")
@@ -199,3 +226,34 @@ def test_custom_machine_takes_its_gpu_count_from_the_file(
     assert json.loads(capsys.readouterr().out)["gpus"] == 4
     assert main([*args, "--gpus", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["gpus"] == 2
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        (
+            b"cluster: {gpus: 16}\nmodel: {name: gpt-tiny}\ncluster: {gpus: 8}\n",
+            "duplicate key 'cluster'",
+        ),
+        (b"\xff\xfe\x00 not text", "not a text file"),
+        (b"", "top level must be a mapping"),
+    ],
+)
+def test_bad_config_files_are_one_line(
+    text: bytes, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text)
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and needle in err and str(path) in err
+
+
+def test_a_new_strategy_in_set_resets_the_parallel_section(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The default's AxoNN fields (overlap) would not validate under Megatron-LM."""
+    args = ["simulate", *SMALL, "--set", "parallel.tp=2", "--set", "parallel.strategy=megatron"]
+    assert main([*args, "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["parameters"]
+    assert params["strategy"] == "megatron" and params["tp"] == 2

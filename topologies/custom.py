@@ -47,6 +47,7 @@ from topologies.types import (
     device_kind_code,
     link_kind_code,
 )
+from topologies.yaml_loader import load_user_yaml, yaml_error_line
 
 _TOP_FIELDS = {"name", "description", "gpu", "package_size", "devices", "links"}
 _DEVICE_FIELDS = {"name", "kind", "node", "group"}
@@ -129,12 +130,14 @@ def _read(path: FilePath, where: str) -> object:
         text = path.read_text()
     except OSError as e:
         raise TopologyError(f"{where}: cannot read custom topology ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"{where}: not a text file (not UTF-8)") from None
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
-        return yaml.safe_load(text)
+        return load_user_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = yaml_error_line(e) if isinstance(e, yaml.YAMLError) else e.msg
         raise TopologyError(
             f"{where}: not valid {path.suffix.lstrip('.') or 'YAML'}: {first}"
         ) from None
@@ -190,9 +193,12 @@ def _devices(
                 f"{label}: unknown kind {entry.get('kind')!r} (known: {known})"
             ) from None
         default_node = -1 if kind is DeviceKind.SWITCH else 0
+        node = _int_field(entry, "node", default_node, label)
+        if node < 0 and kind is not DeviceKind.SWITCH:
+            raise TopologyError(f"{label}: a {kind.value} must be on a node (node >= 0), got {node}")
         names.append(name)
         kinds.append(kind)
-        nodes.append(_int_field(entry, "node", default_node, label))
+        nodes.append(node)
         groups.append(_int_field(entry, "group", -1, label))
     return names, kinds, nodes, groups
 

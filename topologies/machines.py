@@ -43,6 +43,10 @@ from topologies.types import (
     link_kind_code,
 )
 
+# The largest machine axsim builds: 2^18 GPUs, over 3x Frontier's 78,848 GCDs (a 65,536-GPU
+# machine takes ~0.4 GB; this bound keeps a typo'd count from exhausting memory).
+MAX_GPUS = 2**18
+
 
 def build_machine(
     name: str,
@@ -80,6 +84,11 @@ def build_machine(
     """
     preset = machine_preset(name)
     n = _positive_int("nodes", nodes)
+    if n * preset.gpus_per_node > MAX_GPUS:
+        raise TopologyError(
+            f"nodes: {n:,} {preset.name} nodes are {n * preset.gpus_per_node:,} GPUs, more than "
+            f"the {MAX_GPUS:,} axsim builds"
+        )
     gpu_type = preset.gpu if gpu is None else gpu_spec(gpu).name
     nic_GBps = (
         preset.nic_bandwidth_GBps

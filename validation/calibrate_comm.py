@@ -32,6 +32,7 @@ then scales with the nccl-tests bus factor of the new size (e.g. ring all-reduce
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -113,6 +114,16 @@ def read_vidur_csv(path: Path, gpu: str | None = None) -> list[Sweep]:
             ms = float(row[f"time_stats.{name}.median"])
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"{path}: line {i}: missing or bad field ({exc})") from None
+        if not (size > 0 and ms > 0 and math.isfinite(ms)):
+            raise CalibrationError(
+                f"{path}: line {i}: size and time_stats.{name}.median must be positive "
+                f"and finite (got {size} bytes, {ms} ms)"
+            )
+        if per_node < 1 or not 0 <= rank < workers:
+            raise CalibrationError(
+                f"{path}: line {i}: rank {rank}, num_workers {workers} and devices_per_node "
+                f"{per_node} are inconsistent"
+            )
         tier = "intra_node" if workers <= per_node else "inter_node"
         per[(name, tier, workers, rank)][size].append(ms * 1e-3)
     sweeps: dict[SweepKey, Sweep] = {}

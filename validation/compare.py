@@ -232,6 +232,13 @@ def compare(
         raise CompareError(f"{traces}: no run.json beside the traces; give --config")
     is_run_json = cfg.suffix == ".json"
     run = load_run(files, cfg if is_run_json else None)
+    missing = sorted(set(range(run.timeline.world_size)) - set(run.timeline.ranks))
+    if missing:
+        shown = ", ".join(str(r) for r in missing[:8]) + (", ..." if len(missing) > 8 else "")
+        raise CompareError(
+            f"{traces}: no trace of rank {shown} (world size {run.timeline.world_size}); "
+            "the per-kind and per-group means need one trace per rank"
+        )
     sim = simulate_config(cfg, calibration, machine, network, run.timeline.world_size)
     steps = measured_steps(run)
     counted = counted_steps(steps)

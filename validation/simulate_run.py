@@ -85,10 +85,16 @@ def simulate_config(
                 f"{cfg}: grid {spec.grid} has {spec.grid.world_size} ranks but the traces "
                 f"have {world_size}"
             )
+        on_cpu = run.get("device", "cpu") == "cpu"
         if machine is None:
-            if run.get("device", "cpu") != "cpu":
+            if not on_cpu:
                 raise SimulationInputError(f"{cfg}: a GPU run; give --machine (e.g. dgx-h100)")
             machine = "cpu-host"
+        elif on_cpu and machine != "cpu-host":
+            raise SimulationInputError(
+                f"--machine {machine}: {cfg} is a CPU run, replayed on cpu-host (a GPU machine "
+                "would compare GPU timings with CPU measurements)"
+            )
         return simulate_torch4d(spec, cal, machine, network)
     from simulator.api import simulate
     from simulator.config import load_config

@@ -328,6 +328,8 @@ def load_run_json(path: str | Path) -> dict[str, Any]:
         data = json.loads(p.read_text())
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a text file (not UTF-8)") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: not valid JSON ({exc.msg})") from None
     if not isinstance(data, dict) or not str(data.get("format", "")).startswith(

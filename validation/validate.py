@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.units import split_names
 from validation.figures.base import Task, task
 from validation.figures.experiments import gemm_times
 from validation.figures.runner import Progress, TaskFailed, run_tasks
@@ -348,10 +349,10 @@ def all_cases() -> list[Case]:
 def select_cases(only: str | None) -> list[Case]:
     """Cases named by `--only` (comma-separated names or name prefixes such as 'bw-')."""
     cases = all_cases()
-    if not only:
+    if only is None:
         return cases
     out: list[Case] = []
-    for item in (s.strip() for s in only.split(",") if s.strip()):
+    for item in split_names(only, "--only"):
         match = [c for c in cases if c.name == item or c.name.startswith(item)]
         if not match:
             raise ConfigError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ def register(app: click.Group) -> None:
         from simulator.render import stdout_console
 
         cases = default_cases(quick)
-        if only:
+        if only is not None:
+            if not only.strip():
+                raise click.BadParameter("give the text of a case name", param_hint="--only")
             known = ", ".join(c.name for c in cases)
             cases = [c for c in cases if only.lower() in c.name.lower()]
             if not cases:
@@ -47,6 +50,9 @@ def register(app: click.Group) -> None:
                     f"{escape(row['name'])}: {row['wall_time_s']:.2f} s, {int(row['peak_rss_bytes']) / 2**30:.2f} GiB"
                 )
 
+        folder = Path(out_file).resolve().parent  # fail before minutes of benchmarks, not after
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise click.BadParameter(f"{out_file}: cannot write a file there", param_hint="--out")
         result = run_bench(cases, show)
         Path(out_file).write_text(json.dumps(result, indent=2))
         table = Table(

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from simulator.commands.params import POSITIVE, FiniteFloat
 from simulator.microbench import OPS, collective_sweep
 from simulator.network.schedules import ALGORITHMS
 from simulator.units import format_bytes, parse_size_sweep
@@ -14,7 +15,8 @@ from simulator.units import format_bytes, parse_size_sweep
 def register(app: click.Group) -> None:
     @app.command("collective")
     @click.argument("machine")
-    @click.option("--nodes", type=int, required=True, help="Number of nodes of the machine.")
+    @click.option("--nodes", type=int, default=None, help="Number of nodes (machine presets).")
+    @click.option("--file", "file", default=None, help="Custom topology file (MACHINE=custom).")
     @click.option(
         "--op", "op", default="all-reduce", show_default=True, help=f"One of: {', '.join(OPS)}."
     )
@@ -22,9 +24,8 @@ def register(app: click.Group) -> None:
     @click.option(
         "--placement",
         type=int,
-        default=1,
-        show_default=True,
-        help="Stride between group members (GPU index).",
+        default=None,
+        help="Stride between group members (GPU index; default 1).",
     )
     @click.option(
         "--per-node",
@@ -39,7 +40,13 @@ def register(app: click.Group) -> None:
         show_default=True,
         help="A size (64M) or a sweep START:END.",
     )
-    @click.option("--factor", type=float, default=4.0, show_default=True, help="Sweep multiplier.")
+    @click.option(
+        "--factor",
+        type=FiniteFloat(min=1.0, min_open=True),
+        default=4.0,
+        show_default=True,
+        help="Sweep multiplier.",
+    )
     @click.option(
         "--algorithm", type=click.Choice(("auto", *ALGORITHMS)), default="auto", show_default=True
     )
@@ -57,17 +64,18 @@ def register(app: click.Group) -> None:
         help="All instances tiling the machine concurrently, or one alone.",
     )
     @click.option("--nics-per-node", type=int, default=None, help="What-if: NICs per node.")
-    @click.option("--nic-bandwidth", type=float, default=None, help="What-if: GB/s per NIC.")
+    @click.option("--nic-bandwidth", type=POSITIVE, default=None, help="What-if: GB/s per NIC.")
     @click.option(
         "--calibration", type=click.Path(), default=None, help="Calibration file (network tables)."
     )
     @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
     def collective(
         machine: str,
-        nodes: int,
+        nodes: int | None,
+        file: str | None,
         op: str,
         group: int,
-        placement: int,
+        placement: int | None,
         per_node: int | None,
         size: str,
         factor: float,
@@ -80,11 +88,21 @@ def register(app: click.Group) -> None:
         as_json: bool,
     ) -> None:
         """Time a collective for a sweep of message sizes (time, algbw, busbw)."""
+        from simulator.commands.topology import build_from_flags
+        from simulator.errors import ConfigError
         from simulator.network.params import network_params_for
-        from topologies.machines import build_machine
 
-        topo = build_machine(
-            machine, nodes, nics_per_node=nics_per_node, nic_bandwidth_GBps=nic_bandwidth
+        if group < 2:
+            raise ConfigError(f"--group {group}: a collective needs at least 2 GPUs")
+        if per_node is not None and placement is not None:
+            raise ConfigError("give --placement or --per-node, not both")
+        placement = 1 if placement is None else placement
+        what_if = {"nics_per_node": nics_per_node, "nic_bandwidth_GBps": nic_bandwidth}
+        topo = build_from_flags(
+            machine,
+            nodes,
+            file,
+            {"intra_node_bandwidth_scale": None, **what_if},
         )
         sizes = parse_size_sweep(size, factor)
         params = network_params_for(topo)

@@ -15,7 +15,7 @@ from simulator.strategy_search import (
     outcomes_json,
     speedups,
 )
-from simulator.units import format_bytes, format_seconds
+from simulator.units import format_bytes, format_seconds, split_names
 
 
 def _config_text(o: StrategyOutcome) -> str:
@@ -115,9 +115,7 @@ def register(app: click.Group) -> None:
         progress: bool,
     ) -> None:
         """Search each strategy's configurations, simulate the best, compare them."""
-        names = [s.strip().lower() for s in strategies.split(",") if s.strip()]
-        if not names:
-            raise ConfigError("--strategies: give at least one strategy")
+        names = [s.lower() for s in split_names(strategies, "--strategies")]
         if gpus < 1:
             raise ConfigError(f"--gpus: must be positive, got {gpus}")
         if max_candidates < 1:

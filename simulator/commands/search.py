@@ -67,12 +67,17 @@ def register(app: click.Group) -> None:
             machine, gpus, model, None, batch_tokens, seq_len, None, None, None, None
         )
         cfg = resolve_config(config, "axonn", flags, sets)
+        if cfg.parallel.strategy != "axonn":
+            raise ConfigError(
+                f"parallel.strategy: axsim search ranks AxoNN grids, not {cfg.parallel.strategy}; "
+                "use axsim compare-strategies for the other strategies"
+            )
         n = cfg.cluster.num_gpus
         if n is None:
             raise ConfigError("axsim search needs a machine preset with a GPU count")
         gpu = gpu_spec(cfg.cluster.gpu_type)
         bw = bandwidth_provider(cfg, bandwidths, cfg.cluster.gpus_per_node)
-        ranked = rank_grids(cfg.model.spec(), cfg.parallel, search_training(cfg), n, gpu, bw)  # type: ignore[arg-type]
+        ranked = rank_grids(cfg.model.spec(), cfg.parallel, search_training(cfg), n, gpu, bw)
         if not ranked:
             raise ConfigError(
                 f"no valid, memory-feasible AxoNN grid for {cfg.model.name} on {n} GPUs"

@@ -40,7 +40,7 @@ def flag_overrides(
         out += [f"cluster.gpus={gpus}", "cluster.nodes=null"]
     if model:
         out.append(f"model.name={model}")
-    if grid:
+    if grid is not None:
         try:
             g = Grid.parse(grid)
         except ValueError as e:
@@ -170,15 +170,20 @@ def register(app: click.Group) -> None:
     ) -> None:
         """Simulate one training iteration (no arguments: GPT-80B on 1,024 Perlmutter GPUs)."""
         from simulator.api import simulate
-        from simulator.export import parse_trace_ranks, write_outputs
+        from simulator.export import make_out_dir, parse_trace_ranks, write_outputs
         from simulator.render import progress_bar, render_report
 
         flags = flag_overrides(
             machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration
         )
+        if trace_ranks is not None and not out_dir:
+            raise ConfigError("--trace-ranks selects the ranks written by --out; give --out DIR")
         if out_dir:  # traces and timeline.csv show every microbatch
             flags.append("engine.virtual_microbatches=false")
         cfg = resolve_config(config, strategy, flags, sets)
+        if out_dir:  # before the simulation, which may take minutes
+            make_out_dir(out_dir)
+            parse_trace_ranks(trace_ranks, cfg.cluster.num_gpus or 1 << 62)
         with progress_bar(progress) as bar:
             result = simulate(cfg, progress=bar)
         report = result.report

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from simulator.commands.params import POSITIVE
 from simulator.sweep import Progress
 
 
@@ -71,7 +72,7 @@ def register(app: click.Group) -> None:
     )
     @click.option(
         "--dask-timeout",
-        type=float,
+        type=POSITIVE,
         default=10.0,
         show_default=True,
         help="Seconds to wait for --dask-scheduler.",

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from simulator.commands.params import POSITIVE
 from simulator.errors import ConfigError
 from topologies.fabric import ROUTING_POLICIES
 
@@ -38,11 +39,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _build(machine: str, nodes: int | None, file: str | None, overrides: dict[str, Any]) -> Any:
-    """The Topology the flags describe; ConfigError for flags that do not fit together."""
+def build_from_flags(
+    machine: str, nodes: int | None, file: str | None, overrides: dict[str, Any]
+) -> Any:
+    """The Topology the flags describe (a preset at --nodes, or custom --file); ConfigError
+    for flags that do not fit together. Shared by `axsim topology` and `axsim collective`."""
     if machine.strip().lower() == "custom":
         if not file:
-            raise ConfigError("axsim topology custom needs --file PATH")
+            raise ConfigError("MACHINE custom needs --file PATH")
         given = [_FLAGS[k] for k, v in overrides.items() if v is not None]
         if nodes is not None or given:
             flags = ", ".join((["--nodes"] if nodes is not None else []) + given)
@@ -82,7 +86,8 @@ def _render(summary: dict[str, Any]) -> None:
     console.print(f"[bold]{summary['name']}[/bold] — {summary['description']}")
     console.print(
         f"{summary['gpus']:,} GPUs ({summary['gpu_type'] or 'unspecified'}) on {summary['nodes']:,} nodes, "
-        f"{summary['gpus_per_node']} GPUs and {summary['nics_per_node']} NICs per node, "
+        f"{'up to ' if not summary['homogeneous_nodes'] else ''}{summary['gpus_per_node']} GPUs and "
+        f"{summary['nics_per_node']} NICs per node, "
         f"routing: {summary['routing']}"
     )
     devices = Table(title="Devices")
@@ -149,17 +154,20 @@ def register(app: click.Group) -> None:
     @click.option(
         "--nic-bandwidth",
         "nic_bandwidth",
-        type=float,
+        type=POSITIVE,
         default=None,
         metavar="GBPS",
         help="What-if: GB/s per NIC.",
     )
     @click.option(
-        "--intra-node-scale", type=float, default=None, help="What-if: scale every intra-node link."
+        "--intra-node-scale",
+        type=POSITIVE,
+        default=None,
+        help="What-if: scale every intra-node link.",
     )
     @click.option(
         "--fabric-bandwidth",
-        type=float,
+        type=POSITIVE,
         default=None,
         metavar="GBPS",
         help="What-if: GB/s per switch link.",
@@ -196,7 +204,7 @@ def register(app: click.Group) -> None:
             "fabric_link_bandwidth_GBps": fabric_bandwidth,
             "routing": routing,
         }
-        topo = _build(machine, nodes, file, overrides)
+        topo = build_from_flags(machine, nodes, file, overrides)
         summary = _finite(summarize_topology(topo))
         if as_json:
             click.echo(json.dumps(summary, indent=2, allow_nan=False))

@@ -58,9 +58,10 @@ from pydantic import (
 from simulator.errors import CostModelError
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
+from topologies.yaml_loader import load_user_yaml, yaml_error_line
 from workloads.ops import CollectiveKind
 
-Frozen = ConfigDict(frozen=True, extra="forbid")
+Frozen = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 LINK_TIERS: frozenset[str] = frozenset({k.value for k in LINK_KINDS} | {"intra_node", "inter_node"})
 MAX_NEIGHBOURS = 8
 
@@ -385,10 +386,12 @@ def load_calibration(path: str | Path) -> Calibration:
         text = p.read_text()
     except OSError as exc:
         raise CostModelError(f"calibration file {p}: cannot read ({exc.strerror})") from exc
+    except UnicodeDecodeError:
+        raise CostModelError(f"calibration file {p}: not a text file (not UTF-8)") from None
     try:
-        raw = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+        raw = json.loads(text) if p.suffix.lower() == ".json" else load_user_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        detail = str(exc).splitlines()[0]
+        detail = yaml_error_line(exc) if isinstance(exc, yaml.YAMLError) else exc.msg
         raise CostModelError(
             f"calibration file {p}: not valid {p.suffix or 'YAML'} ({detail})"
         ) from exc

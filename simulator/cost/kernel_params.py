@@ -77,6 +77,8 @@ def _raw_defaults(path: str | None) -> dict[str, Any]:
             text = Path(path).read_text()
         except OSError as exc:
             raise CostModelError(f"kernel defaults {path}: cannot read ({exc.strerror})") from exc
+        except UnicodeDecodeError:
+            raise CostModelError(f"kernel defaults {path}: not a text file (not UTF-8)") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -73,6 +73,9 @@ class _Pending:
     parts: list[tuple[_Rank, int, int]] = field(default_factory=list)
 
 
+MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
+
+
 @dataclass(eq=False)
 class EngineResult:
     """What a run produced: the timeline plus counters for reports and benchmarks."""
@@ -149,9 +152,17 @@ class Engine:
     # ------------------------------------------------------------------- run
     def run(self) -> EngineResult:
         t0 = time.perf_counter()
-        result = self._run(skip=self.steady_state)
-        if result is None:  # ranks drifted apart at a segment boundary: exact rerun
-            result = self._run(skip=False)
+        try:
+            result = self._run(skip=self.steady_state)
+            if result is None:  # ranks drifted apart at a segment boundary: exact rerun
+                result = self._run(skip=False)
+        except OverflowError:
+            # times are int64 picoseconds: an op of more than ~106 days (a bandwidth or a
+            # slowdown off by orders of magnitude) cannot be represented
+            raise EngineError(
+                f"simulated time exceeds the engine's range ({MAX_SIMULATED_DAYS:.0f} days): "
+                "an op would last longer; check the bandwidths, slowdowns and sizes"
+            ) from None
         assert result is not None
         result.wall_time_s = time.perf_counter() - t0
         result.setup_time_s = self.setup_time_s

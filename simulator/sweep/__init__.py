@@ -29,12 +29,15 @@ imported only when asked for). All give the same rows.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.errors import ConfigError
+from simulator.export import make_out_dir
 from simulator.sweep.executors import dask_client, run_dask, run_inline, run_point, run_processes
 from simulator.sweep.spec import (
     Axis,
@@ -132,6 +135,10 @@ class _Recorder:
         self.written = time.monotonic()
 
 
+# Simulations are CPU-bound: more local workers than this per CPU only costs memory.
+MAX_JOBS_PER_CPU = 8
+
+
 def _check_options(jobs: int, fmt: str, dask_scheduler: str | None, dask_local: int | None) -> None:
     if fmt not in FORMATS:
         raise SweepError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
@@ -142,6 +149,13 @@ def _check_options(jobs: int, fmt: str, dask_scheduler: str | None, dask_local: 
             raise SweepError("--format parquet needs pyarrow: pip install pyarrow") from None
     if jobs < 1 or (dask_local is not None and dask_local < 1):
         raise SweepError("--jobs and --dask-local must be positive")
+    cpus = os.cpu_count() or 1
+    for flag, n in (("--jobs", jobs), ("--dask-local", dask_local)):
+        if n is not None and n > MAX_JOBS_PER_CPU * cpus:
+            raise SweepError(
+                f"{flag} {n}: more than {MAX_JOBS_PER_CPU}x the {cpus} CPUs of this machine "
+                "(each worker is a process); use --dask-scheduler to spread over machines"
+            )
     if dask_scheduler and dask_local:
         raise SweepError("give --dask-scheduler or --dask-local, not both")
 
@@ -167,8 +181,10 @@ def run_sweep(
     """
     _check_options(jobs, fmt, dask_scheduler, dask_local)
     t0 = time.perf_counter()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = make_out_dir(out_dir)
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
     journal, table = out / JOURNAL, out / f"rows.{fmt}"
     pts = points(spec)
     done = {r["config_hash"]: r for r in read_journal(journal, drop_failed=retry_failed)}

@@ -38,7 +38,7 @@ def run_inline(todo: Sequence[SweepPoint]) -> Outcomes:
 
 
 def run_processes(todo: Sequence[SweepPoint], jobs: int) -> Outcomes:
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo))))
     try:
         pending: dict[Future[tuple[str, Any]], SweepPoint] = {
             pool.submit(run_point, p.data): p for p in todo

@@ -102,10 +102,29 @@ def _base_mapping(base: Any, spec_dir: Path) -> dict[str, Any]:
         return default_config_mapping()
     if isinstance(base, str):
         path = Path(base) if Path(base).is_absolute() else spec_dir / base
-        return read_yaml_mapping(path)
-    if isinstance(base, Mapping):
-        return dict(base)
-    raise SweepError("base: give 'default', a config path or an inline config mapping")
+        data = read_yaml_mapping(path)
+    elif isinstance(base, Mapping):
+        data = dict(base)
+    else:
+        raise SweepError("base: give 'default', a config path or an inline config mapping")
+    for key in _leaf_keys(data):  # a typo fails here, not as an error row per point
+        try:
+            check_key(key)
+        except SweepError as exc:
+            raise SweepError(f"base: {str(exc).removeprefix('axis ')}") from None
+    return data
+
+
+def _leaf_keys(data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys of a nested config mapping down to its non-mapping values."""
+    keys = []
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, Mapping) and value:
+            keys += _leaf_keys(value, key + ".")
+        else:
+            keys.append(key)
+    return keys
 
 
 def _axis(name: Any, raw: Any) -> Axis:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from simulator.commands.params import FiniteFloat
 from simulator.cost.calibration import Calibration
 
 
@@ -39,7 +40,7 @@ def _summary(cal: Calibration) -> dict[str, Any]:
 )  # fmt: skip
 @click.option("--gpu", default=None, help="GPU type of every input (catalogue name).")
 @click.option(
-    "--tolerance", type=click.FloatRange(min=0.001, max=1.0), default=0.03, show_default=True,
+    "--tolerance", type=FiniteFloat(min=0.001, max=1.0), default=0.03, show_default=True,
     help="Largest relative error of a measured size from its alpha-beta segment.",
 )  # fmt: skip
 @click.option(

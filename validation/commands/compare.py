@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from simulator.commands.params import NON_NEGATIVE
+
 EXIT_BEYOND_TOLERANCE = 3
 
 
@@ -29,7 +31,7 @@ def _fmt(x: float | None, scale: float = 1e3) -> str:
     help="Calibration file (from `axsim calibrate`) for the simulated run.",
 )  # fmt: skip
 @click.option(
-    "--tolerance", type=click.FloatRange(min=0.0), default=0.2, show_default=True,
+    "--tolerance", type=NON_NEGATIVE, default=0.2, show_default=True,
     help="Relative error of the iteration time beyond which the exit code is 3 "
     "(the per-kind and per-group rows are reported, never judged).",
 )  # fmt: skip

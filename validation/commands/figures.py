@@ -56,6 +56,7 @@ def register(app: click.Group) -> None:
     ) -> None:
         """Regenerate the paper figures by simulation (PNG, SVG and a caption each)."""
         from simulator.errors import ConfigError
+        from simulator.export import make_out_dir
         from validation.figures import select
         from validation.figures.runner import build_figures
 
@@ -67,6 +68,7 @@ def register(app: click.Group) -> None:
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs must be positive, got {jobs}")
         jobs = jobs or os.cpu_count() or 1
+        make_out_dir(out_dir)  # before minutes of simulations, not after
         timings: dict[str, float] = {}
         with item_bar(progress, "figures", "figures") as bar:
             outputs, wall = build_figures(

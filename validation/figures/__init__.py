@@ -21,6 +21,7 @@ from __future__ import annotations
 from importlib import import_module
 
 from simulator.errors import ConfigError
+from simulator.units import split_names
 from validation.figures.base import Figure
 
 FAMILY_MODULES = ("weak_scaling", "overlap", "ranking", "strategies", "fsdp")
@@ -43,10 +44,10 @@ def all_figures() -> list[Figure]:
 def select(only: str | None) -> list[Figure]:
     """Figures named by `--only` (comma-separated names or family names; None: all)."""
     figures = all_figures()
-    if not only:
+    if only is None:
         return figures
     chosen: list[Figure] = []
-    for item in (s.strip() for s in only.split(",") if s.strip()):
+    for item in split_names(only, "--only"):
         match = [f for f in figures if item in (f.name, f.family)]
         if not match:
             known = ", ".join(f.name for f in figures)

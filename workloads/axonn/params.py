@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from workloads.user_model import UserModel
 
 OverlapFlag = Literal["oar", "ors", "oag"]
 
 
-class Grid(BaseModel):
+class Grid(UserModel):
     """The 4D grid: X = G_intra_c (column, innermost), Y = G_intra_r (row), Z = G_intra_d
     (depth), data = G_data. Ranks are ordered X fastest, then Y, Z, pipeline, data."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     x: int = Field(default=1, ge=1)
     y: int = Field(default=1, ge=1)
     z: int = Field(default=1, ge=1)
@@ -34,7 +35,7 @@ class Grid(BaseModel):
     def parse(cls, text: str) -> Grid:
         """Parse 'X,Y,Z,DATA' (e.g. '4,2,8,16')."""
         parts = [p.strip() for p in text.split(",")]
-        if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
             raise ValueError(f"grid '{text}' must be four positive integers X,Y,Z,DATA")
         x, y, z, d = (int(p) for p in parts)
         return cls(x=x, y=y, z=z, data=d)
@@ -43,7 +44,7 @@ class Grid(BaseModel):
         return f"{self.x}x{self.y}x{self.z}x{self.data}"
 
 
-class AxonnParallel(BaseModel):
+class AxonnParallel(UserModel):
     """AxoNN's hybrid 4D algorithm: a Gx x Gy x Gz tensor grid times G_data replicas.
 
     overlap: which of AxoNN's overlap optimisations are on: 'oar' (backward all-reduce of
@@ -51,7 +52,6 @@ class AxonnParallel(BaseModel):
     backward), 'oag' (prefetch of the next layer's Z all-gather).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     strategy: Literal["axonn"] = "axonn"
     grid: Grid | None = None
     pipeline: int = Field(default=1, ge=1)

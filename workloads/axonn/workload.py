@@ -12,7 +12,7 @@ from workloads.axonn.program import AxonnSetup, build_axonn_program
 from workloads.errors import WorkloadError
 from workloads.graph import OpGraph
 from workloads.models import TransformerSpec
-from workloads.run import TrainingSetup, batch_sequences
+from workloads.run import TrainingSetup, batch_sequences, divisors
 
 __all__ = ["TrainingSetup", "batch_sequences", "build_axonn_workload", "check_grid"]
 
@@ -63,9 +63,8 @@ def choose_microbatch(
     capacity_bytes: float,
 ) -> int:
     """The largest divisor of the per-GPU sequences whose memory fits (1 if none fits)."""
-    divisors = [d for d in range(1, per_gpu + 1) if per_gpu % d == 0]
     best = 1
-    for d in divisors:
+    for d in divisors(per_gpu):
         if memory_for(spec, grid, params, training, d).total <= capacity_bytes:
             best = d
     return best

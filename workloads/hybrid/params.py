@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-Frozen = ConfigDict(frozen=True, extra="forbid")
+from workloads.user_model import UserModel
+
 PartitionLevel = Literal["pair", "node", "global"]
 
 
-class MegatronParallel(BaseModel):
+class MegatronParallel(UserModel):
     """Megatron-LM: tensor parallel `tp` (optionally sequence parallel), pipeline `pp`
     with 1F1B (`virtual_stages` > 1: interleaved), data parallel over the rest with
     bucketed gradient all-reduce or the distributed optimizer.
@@ -26,7 +27,6 @@ class MegatronParallel(BaseModel):
     bucket_size: gradient bucket in elements (None: Megatron's max(40M, 1M x dp)).
     """
 
-    model_config = Frozen
     strategy: Literal["megatron"] = "megatron"
     tp: int | None = Field(default=None, ge=1)
     pp: int | None = Field(default=None, ge=1)
@@ -40,7 +40,7 @@ class MegatronParallel(BaseModel):
     grad_reduce_in_fp32: bool = True
 
 
-class ShardedParallel(BaseModel):
+class ShardedParallel(UserModel):
     """ZeRO-3 ('zero3'), PyTorch FSDP full sharding ('fsdp') and hybrid sharding
     ('hsdp': shard inside a group, all-reduce across the groups).
 
@@ -51,7 +51,6 @@ class ShardedParallel(BaseModel):
     issued when the current one starts (forward and backward).
     """
 
-    model_config = Frozen
     strategy: Literal["zero3", "fsdp", "hsdp"] = "fsdp"
     shard: int | None = Field(default=None, ge=1)
     granularity: Literal["block", "linear"] | None = None
@@ -59,13 +58,12 @@ class ShardedParallel(BaseModel):
     backward_prefetch: bool = True
 
 
-class ZeroppParallel(BaseModel):
+class ZeroppParallel(UserModel):
     """ZeRO++ (Wang et al. 2023) over all GPUs: qwz (int8 forward all-gather), hpz
     (secondary bf16 weight partition inside each node for the backward all-gathers),
     qgz (int4 gradients through a hierarchical all-to-all: inside the node, then across
     nodes)."""
 
-    model_config = Frozen
     strategy: Literal["zeropp"] = "zeropp"
     qwz: bool = True
     hpz: bool = True
@@ -75,7 +73,7 @@ class ZeroppParallel(BaseModel):
     backward_prefetch: bool = True
 
 
-class ZeroppHierParallel(BaseModel):
+class ZeroppHierParallel(UserModel):
     """ZeRO++ with 3-level hierarchical partitioning (Frontier: GCD pair, node, global).
 
     forward_partition / backward_partition: the partition the forward / backward
@@ -85,7 +83,6 @@ class ZeroppHierParallel(BaseModel):
     global; 'global' -> one flat reduction).
     """
 
-    model_config = Frozen
     strategy: Literal["zeropp-hier"] = "zeropp-hier"
     qwz: bool = True
     qgz: bool = True
@@ -97,12 +94,11 @@ class ZeroppHierParallel(BaseModel):
     backward_prefetch: bool = True
 
 
-class FsdpTpParallel(BaseModel):
+class FsdpTpParallel(UserModel):
     """FSDP (block units) over the data axis combined with Megatron tensor parallelism of
     degree `tp` inside a node. shard: GPUs per sharding group along the data axis (None:
     all of it)."""
 
-    model_config = Frozen
     strategy: Literal["fsdp-tp"] = "fsdp-tp"
     tp: int | None = Field(default=None, ge=1)
     sequence_parallel: bool = False
@@ -111,13 +107,12 @@ class FsdpTpParallel(BaseModel):
     backward_prefetch: bool = True
 
 
-class FsdpPpParallel(BaseModel):
+class FsdpPpParallel(UserModel):
     """FSDP (block units) inside each pipeline stage, `pp` stages with 1F1B
     (`virtual_stages` > 1: interleaved). As torchtitan does under pipelining, weights
     stay gathered for the whole iteration and gradients are reduce-scattered after the
     last microbatch (`reshard_after_forward` = True re-gathers every microbatch)."""
 
-    model_config = Frozen
     strategy: Literal["fsdp-pp"] = "fsdp-pp"
     pp: int | None = Field(default=None, ge=1)
     virtual_stages: int = Field(default=1, ge=1)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from workloads.user_model import UserModel
 
 
-class OptimusParallel(BaseModel):
+class OptimusParallel(UserModel):
     """Optimus (Xu et al. 2021): a q x q mesh per model replica, `data` replicas.
 
     q: mesh side (None: chosen, the smallest that fits). data: replicas (None: GPUs /
@@ -15,7 +17,6 @@ class OptimusParallel(BaseModel):
     runs (off: every broadcast completes before its GEMM, as a plain SUMMA loop does).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     strategy: Literal["optimus"] = "optimus"
     q: int | None = Field(default=None, ge=1)
     data: int | None = Field(default=None, ge=1)

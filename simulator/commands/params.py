@@ -1,0 +1,29 @@
+"""Click parameter types shared by the commands: numbers that must be finite.
+
+Why: click's FLOAT and FloatRange accept "nan" and "inf" (float("nan") parses, and every
+comparison with NaN is false, so range checks pass). A NaN tolerance or multiplier then
+runs and yields a silently wrong result; these types reject it as a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+
+class FiniteFloat(click.FloatRange):
+    """A finite float, optionally within [min, max] (or open bounds with min_open/max_open)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number is not None and not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+POSITIVE = FiniteFloat(min=0.0, min_open=True)
+NON_NEGATIVE = FiniteFloat(min=0.0)
