@@ -195,7 +195,9 @@ def _devices(
         default_node = -1 if kind is DeviceKind.SWITCH else 0
         node = _int_field(entry, "node", default_node, label)
         if node < 0 and kind is not DeviceKind.SWITCH:
-            raise TopologyError(f"{label}: a {kind.value} must be on a node (node >= 0), got {node}")
+            raise TopologyError(
+                f"{label}: a {kind.value} must be on a node (node >= 0), got {node}"
+            )
         names.append(name)
         kinds.append(kind)
         nodes.append(node)
