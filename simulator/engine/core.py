@@ -31,6 +31,7 @@ from simulator.engine.compiled import (
     PS_PER_S,
     SEND,
     WAIT,
+    CommInfo,
     CompiledProgram,
     compile_program,
 )
@@ -456,6 +457,16 @@ class Engine:
         self.instances_cache[ck] = (ikey, inst)
         return ikey, inst
 
+    def _algorithm(self, info: CommInfo) -> str | None:
+        """The algorithm of a collective: the program's, or the tuner's choice for every
+        instance of its group kind at once (whatever part of them this activation covers),
+        so that the full and the symmetric mode run the same algorithm."""
+        pricer = self.cost.pricer
+        if info.algorithm is not None or info.peer >= 0 or pricer.algorithm != "auto":
+            return info.algorithm
+        rows = self.placement[self.view.groups[info.group].members]
+        return pricer.choose_algorithm(info.kind, rows, info.nbytes, info.root, (info.group, "all"))
+
     def _launch(self, key: tuple[object, ...], p: _Pending, r: _Rank, i: int) -> None:
         info = r.prog.comm[i]
         assert info is not None
@@ -471,7 +482,7 @@ class Engine:
             key=ikey,
             on_done=lambda end: self._resolve(parts, start, end),
             root=info.root,
-            algorithm=info.algorithm,
+            algorithm=self._algorithm(info),
         )
         self.net.submit(act, start)
 

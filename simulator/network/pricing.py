@@ -132,7 +132,7 @@ class CollectivePricer:
         # contention model sees it alone) or "bottleneck" (alpha-beta's route bottlenecks):
         # the engine sets it to its network model so choices and prices agree
         self.tuner = "shared"
-        self._choice_cache: dict[Hashable, tuple[Bundle, ...]] = {}
+        self._choice_cache: dict[Hashable, str] = {}
 
     # ------------------------------------------------------------- layouts
     def layout(self, gpus: Sequence[int] | np.ndarray) -> Layout:
@@ -490,15 +490,33 @@ class CollectivePricer:
         algorithm: str | None = None,
         key: Hashable | None = None,
     ) -> tuple[Bundle, ...]:
-        """Bundles for a collective of `nbytes`. With 'auto' the algorithm is the one with
-        the smallest estimated time on one instance of each layout (latency plus bytes over
-        the rate its own flows get when they share links), as NCCL's tuner picks per
-        communicator; all instances are then bound with that algorithm."""
+        """Bundles for a collective of `nbytes` over `instances`, with `algorithm` or, for
+        'auto', the one `choose_algorithm` picks for these instances."""
         algo = algorithm or self.algorithm
-        if algo != "auto" or kind is CollectiveKind.SEND_RECV:
-            return self.bind(
-                kind, instances, "direct" if kind is CollectiveKind.SEND_RECV else algo, root, key
-            )
+        if kind is CollectiveKind.SEND_RECV:
+            algo = "direct"
+        elif algo == "auto":
+            algo = self.choose_algorithm(kind, instances, nbytes, root, key)
+        return self.bind(kind, instances, algo, root, key)
+
+    def choose_algorithm(
+        self,
+        kind: CollectiveKind,
+        instances: np.ndarray,
+        nbytes: float,
+        root: int = 0,
+        key: Hashable | None = None,
+    ) -> str:
+        """The algorithm with the smallest estimated time for `nbytes` (latency plus bytes
+        over the rate its flows get when they share links), as NCCL's tuner picks per
+        size. The contention tuner prices every instance at once, as they run in a job: a
+        lone instance's estimate favoured the tree where its concurrent instances then
+        collide on the fabric, so more fabric bandwidth could flip the choice and slow the
+        iteration. The engine passes a group's instances all together in both modes, so
+        full and symmetric runs choose alike. The alpha-beta tuner (route bottlenecks, no
+        sharing) prices one instance of each layout, which stands for all."""
+        if kind is CollectiveKind.SEND_RECV:
+            return "direct"
         ckey = None if key is None else (key, kind, root, float(nbytes), self.tuner)
         if ckey is not None:
             hit = self._choice_cache.get(ckey)
@@ -506,15 +524,18 @@ class CollectivePricer:
                 return hit
         inst = np.asarray(instances, dtype=np.int64)
         classes = self.layout_classes(inst)
-        probe = inst[[int(rows[0]) for rows in classes.values()]]
-        pkey = None if key is None else (key, "probe")
+        shared = self.tuner == "shared"
+        if shared:
+            probe, pkey = inst, key  # the winner's binding is the one that runs
+        else:
+            probe = inst[[int(rows[0]) for rows in classes.values()]]
+            pkey = None if key is None else (key, "probe")
         terms: dict[str, tuple[float, float]] = {}
         for cand in candidate_algorithms(kind, next(iter(classes))):
             try:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
-            shared = self.tuner == "shared"
             terms[cand] = max(
                 (self.time_terms(x, nbytes, kind, shared) for x in b), key=sum, default=(0.0, 0.0)
             )
@@ -534,13 +555,9 @@ class CollectivePricer:
                 best_algo, best_t = cand, lat + transfer
         if best_algo is None:
             raise CostModelError(f"no algorithm supports {kind.value} on this group")
-        if pkey is not None and np.array_equal(probe, inst):
-            best = self.bind(kind, probe, best_algo, root, pkey)  # the probe was all of it
-        else:
-            best = self.bind(kind, inst, best_algo, root, key)
         if ckey is not None:
-            self._choice_cache[ckey] = best
-        return best
+            self._choice_cache[ckey] = best_algo
+        return best_algo
 
     def time_terms(
         self, bundle: Bundle, nbytes: float, kind: CollectiveKind, shared: bool
