@@ -151,7 +151,8 @@ class ModelConfig(UserModel):
 
 
 class TrainingConfig(UserModel):
-    """Batch and memory-saving choices of the training run."""
+    """Batch and memory-saving choices of the training run. Mixed precision as in every
+    paper modelled: bf16 weights and gradients, fp32 master weights and optimizer state."""
 
     # 2^36 tokens: 4,096x the AxoNN paper's batch (a bound against typos, see ModelConfig)
     batch_tokens: int = Field(default=2**24, gt=0, le=2**36)
@@ -163,7 +164,6 @@ class TrainingConfig(UserModel):
         description="Fused flash attention; false = Megatron's unfused path (QK^T, softmax, "
         "dropout and PV kernels over the full s x s scores, which are also stored).",
     )
-    master_weights_fp32: bool = True
 
 
 class EngineConfig(UserModel):
