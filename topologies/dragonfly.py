@@ -92,7 +92,12 @@ def _interleave(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def build_dragonfly(
-    spec: DragonflySpec, *, nodes: int, nics_per_node: int, link_base: int = 0
+    spec: DragonflySpec,
+    *,
+    nodes: int,
+    nics_per_node: int,
+    link_base: int = 0,
+    cabled_nics_per_node: int | None = None,
 ) -> Fabric:
     """A dragonfly fabric for `nodes` nodes with `nics_per_node` NIC endpoints each.
 
@@ -100,6 +105,9 @@ def build_dragonfly(
     ----------
     spec : the dragonfly parameters (groups, switches, global cables, routing).
     nodes, nics_per_node : the endpoints, numbered node * nics_per_node + k.
+    cabled_nics_per_node : the NICs the machine's chassis are cabled for (the preset's
+        count). Fewer NICs as a what-if leave ports empty: a node keeps its chassis and its
+        NIC k its switch, instead of the nodes being re-packed onto other switches.
     link_base : absolute id the fabric's first link will get (routes use absolute ids).
 
     Returns
@@ -131,11 +139,10 @@ def build_dragonfly(
     n_local, n_global = local_src.shape[0], 2 * u_lo.shape[0]
     e = np.arange(nodes * nics_per_node, dtype=np.int64)
     node = e // nics_per_node
-    slot = (node % npg) * nics_per_node + e % nics_per_node
-    del slot
-    per_switch = max(1, (npg * nics_per_node) // s)  # endpoints (= chassis nodes) per switch
+    cabled = max(nics_per_node, cabled_nics_per_node or nics_per_node)
+    per_switch = max(1, (npg * cabled) // s)  # endpoints (= chassis nodes) per switch
     chassis = (node % npg) // per_switch
-    endpoint_switch = (node // npg) * s + (chassis * nics_per_node + e % nics_per_node) % s
+    endpoint_switch = (node // npg) * s + (chassis * cabled + e % nics_per_node) % s
     cut, minimal_cut = _cuts(spec, nodes, groups, used, np.unique(endpoint_switch).shape[0])
     return Fabric(
         kind="dragonfly",

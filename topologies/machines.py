@@ -182,7 +182,13 @@ def _build_fabric(
         df = DragonflySpec.from_fabric(
             preset.fabric, where, routing=routing, link_bandwidth_GBps=link_GBps
         )
-        return build_dragonfly(df, nodes=nodes, nics_per_node=k, link_base=link_base)
+        return build_dragonfly(
+            df,
+            nodes=nodes,
+            nics_per_node=k,
+            link_base=link_base,
+            cabled_nics_per_node=preset.nics_per_node,
+        )
     if kind == "fat-tree":
         ft = FatTreeSpec.from_fabric(
             preset.fabric, where, routing=routing, link_bandwidth_GBps=link_GBps

@@ -1,6 +1,6 @@
-"""The collective tuner chooses for every instance of a group at once.
+"""What-ifs that add resources are never slower (found by an audit of what-if runs).
 
-Found by a what-if audit: choosing ring or tree on one instance alone favoured the tree
+The collective tuner chooses for every instance of a group at once. Found by the audit: choosing ring or tree on one instance alone favoured the tree
 where the group's concurrent instances then collide on the fabric, so more fabric
 bandwidth (or a larger message) could be slower, and the full mode (one activation per
 instance) chose differently from the symmetric mode (all instances at once).
@@ -50,3 +50,24 @@ def test_a_larger_message_is_never_faster_with_every_instance_running() -> None:
     )
     times = [r.time_s for r in rows]
     assert all(b >= a for a, b in pairwise(times)), times
+
+
+@pytest.mark.parametrize(
+    "machine,gpus,model,grid",
+    [
+        ("perlmutter", 256, "gpt-20b", "{x: 2, y: 2, z: 16, data: 4}"),
+        ("alps", 128, "gpt-10b", "{x: 2, y: 2, z: 8, data: 4}"),
+    ],
+)
+def test_more_nics_per_node_are_never_slower(
+    machine: str, gpus: int, model: str, grid: str
+) -> None:
+    """Removing NICs must not move nodes onto other switches (it did: 3 NICs re-packed
+    the chassis and ran slower than 2)."""
+    base = [f"cluster.machine={machine}", f"cluster.gpus={gpus}", f"model.name={model}"]
+    base += ["training.batch_tokens=1048576", f"parallel.grid={grid}"]
+    times = [
+        simulate(load_config(None, [*base, f"cluster.nics_per_node={k}"])).report.iteration_time_s
+        for k in (1, 2, 3, 4)
+    ]
+    assert all(b <= a * (1 + 1e-9) for a, b in pairwise(times)), times
