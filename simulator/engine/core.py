@@ -19,7 +19,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
@@ -41,6 +41,7 @@ from simulator.engine.steady import SkipRun, barrier_ops, plan_skips
 from simulator.engine.timeline_build import rank_timeline
 from simulator.errors import EngineError
 from simulator.timeline import Timeline
+from topologies.positions import node_position_classes
 from topologies.types import Topology
 from workloads.graph import OpGraph
 
@@ -72,6 +73,20 @@ class _Pending:
     count: int = 0
     ready: int = 0
     parts: list[tuple[_Rank, int, int]] = field(default_factory=list)
+
+
+def split_classes_by_position(
+    graph: OpGraph, topology: Topology, placement: np.ndarray | None
+) -> OpGraph:
+    """The workload's rank classes, split by GPU position in the node where the node's
+    GPUs are wired differently (topologies/positions.py says why), else unchanged."""
+    positions = node_position_classes(topology)
+    if positions is None or graph.rank_class is None:
+        return graph
+    ranks = np.arange(graph.world_size) if placement is None else np.asarray(placement)
+    pairs = np.stack([graph.rank_class, positions[ranks]], axis=1)
+    _, split = np.unique(pairs, axis=0, return_inverse=True)
+    return replace(graph, rank_class=split.reshape(-1).astype(np.int64))
 
 
 MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
@@ -130,6 +145,9 @@ class Engine:
                 raise EngineError(f"straggler rank {r} is outside 0..{graph.world_size - 1}")
         # a slowdown of exactly 1 changes nothing, so it must not force the full mode
         self.stragglers = {r: f for r, f in (stragglers or {}).items() if f != 1.0}
+        if mode != "full" and graph.rank_class is not None:
+            graph = split_classes_by_position(graph, topology, placement)
+            self.graph = graph
         self.view: RankView = choose_view(graph, mode, bool(self.stragglers))
         cost.pricer.tuner = "bottleneck" if cost.network == "alpha-beta" else "shared"
         if placement is None:
