@@ -6,8 +6,12 @@ the instances are equally fast. On a node whose GPUs are wired differently (Fron
 the NICs hang off the odd GCDs, the Infinity Fabric links differ in width) instances
 built from different GPU positions are not, and lockstep made the slowest set the pace
 for all (0.3% off the full mode). Splitting the workload's classes by GPU position there
-keeps the two modes equal; nodes whose GPUs look alike (NVSwitch boxes, Perlmutter, Alps)
-keep their classes, and with them the symmetric mode's speed.
+keeps the two modes equal (checked on Frontier grids by tests). Positions whose own links
+look alike share a class (Frontier: even and odd GCDs), which keeps the representatives
+few: one class per GCD cost 6x the engine time at 32,768 GCDs, two cost 1.6x. Nodes whose
+GPUs look alike (NVSwitch boxes, Perlmutter, Alps) keep their classes and their speed.
+A grid whose groups mix positions unevenly (a factor 3 on Frontier, 3 NICs for 4 GPUs)
+cannot be simulated symmetrically; `auto` then runs the full mode.
 """
 
 from __future__ import annotations
@@ -47,16 +51,17 @@ def _profile(topology: Topology, device: int) -> tuple[object, ...]:
 
 
 def node_position_classes(topology: Topology) -> np.ndarray | None:
-    """Per GPU index, its position in its node where positions differ; None where every
-    GPU of a node is wired alike (or the nodes are not uniform enough to tell)."""
+    """Per GPU index, the class of its position in its node (GPUs whose own links look
+    alike share one: Frontier's even and odd GCDs); None where every GPU of a node is
+    wired alike (or the nodes are not uniform enough to tell)."""
     per_node = topology.gpus_per_node
     if per_node <= 1 or not topology.metadata.get("homogeneous_nodes", False):
         return None
     if topology.num_gpus % per_node:
         return None
-    first = topology.gpus[:per_node]
-    profiles = {_profile(topology, int(d)) for d in first}
-    if len(profiles) == 1:
+    profiles = [_profile(topology, int(d)) for d in topology.gpus[:per_node]]
+    ids = {p: i for i, p in enumerate(dict.fromkeys(profiles))}
+    if len(ids) == 1:
         return None
-    local = np.arange(per_node, dtype=np.int64)
-    return np.tile(local, topology.num_gpus // per_node)
+    position = np.array([ids[p] for p in profiles], dtype=np.int64)
+    return np.tile(position, topology.num_gpus // per_node)
