@@ -47,6 +47,11 @@ def gpu_catalogue() -> dict[str, GpuSpec]:
             display_name=str(d["display_name"]),
             vendor=str(d["vendor"]),
             peak_flops=float(d["peak_tflops"]) * 1e12,
+            # the capacity a job can fill: HBM is sold in binary units (the "40 GB" A100
+            # has 40 GiB), but PyTorch's caching allocator fragments; counting 10^9 bytes
+            # per GB keeps that ~7% headroom on top of the memory model's runtime reserve
+            # (with 2^30 the largest-fitting microbatch of GPT-5B on 512 A100s filled
+            # 39.3 of 40 GiB, which a real run would not survive)
             memory_bytes=float(d["memory_GB"]) * 1e9,
             hbm_bandwidth_Bps=float(d["hbm_bandwidth_GBps"]) * 1e9,
             empirical_gemm_flops=None if emp is None else float(emp) * 1e12,
