@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
+from tests.cli_helpers import one_line_error
 
 DATA = Path(__file__).parent / "data"
+COLLECTIVE = ["collective", "dgx-h100", "--nodes", "2", "--group", "8"]
 CUSTOM = str(DATA / "custom_topology.yaml")
 VIDUR = DATA / "vidur_network" / "h100_dgx__all_reduce.csv"
 SWEEP_SET = (
@@ -49,40 +51,9 @@ def _custom_gpu_off_node(tmp_path: Path) -> str:
     "args,needle",
     [
         (["collective", "dgx-h100", "--nodes", "2", "--group", "1"], "at least 2 GPUs"),
-        (
-            [
-                "collective",
-                "dgx-h100",
-                "--nodes",
-                "2",
-                "--group",
-                "8",
-                "--per-node",
-                "4",
-                "--placement",
-                "2",
-            ],
-            "not both",
-        ),
-        (
-            ["collective", "dgx-h100", "--nodes", "2", "--group", "8", "--factor", "nan"],
-            "not a finite",
-        ),
-        (
-            [
-                "collective",
-                "dgx-h100",
-                "--nodes",
-                "2",
-                "--group",
-                "8",
-                "--bytes",
-                "1M:1G",
-                "--factor",
-                "1.0000001",
-            ],
-            "use a larger factor",
-        ),
+        ([*COLLECTIVE, "--per-node", "4", "--placement", "2"], "not both"),
+        ([*COLLECTIVE, "--factor", "nan"], "not a finite"),
+        ([*COLLECTIVE, "--bytes", "1M:1G", "--factor", "1.0000001"], "use a larger factor"),
         (["collective", "custom", "--group", "2"], "needs --file"),
         (["calibrate", str(VIDUR), "-o", "x.yaml", "--tolerance", "nan"], "not a finite"),
         (["compare", "--traces", ".", "--tolerance", "nan"], "not a finite"),
@@ -120,10 +91,7 @@ def test_bad_flags_are_one_line_and_exit_2(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("axsim: error:") and err.count("\n") == 0
-    assert needle in err
+    assert needle in one_line_error(args, capsys)
 
 
 def test_bad_files_are_one_line_and_exit_2(
@@ -146,9 +114,7 @@ def test_bad_files_are_one_line_and_exit_2(
     typo.write_text("base: {clustr: {machine: dgx-h100}}\naxes: {engine.network: [contention]}\n")
     cases.append((["sweep", str(typo), "--out", str(tmp_path / "t")], "unknown field 'clustr'"))
     for args, needle in cases:
-        assert main(args) == 2, args
-        err = capsys.readouterr().err.strip()
-        assert err.count("\n") == 0 and needle in err, (args, err)
+        assert needle in one_line_error(args, capsys), args
     assert not (tmp_path / "t").exists()  # the typo is caught before any point runs
 
 

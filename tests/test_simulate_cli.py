@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
+from tests.cli_helpers import one_line_error
 
 CONTRACT = {
     "iteration_time_s",
@@ -152,10 +153,7 @@ def test_bad_input_is_one_line_and_exit_2(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(["simulate", *args]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith("axsim: error:")
-    assert needle in err
+    assert needle in one_line_error(["simulate", *args], capsys)
 
 
 def test_strict_memory_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
