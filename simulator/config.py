@@ -348,11 +348,11 @@ def load_config(
     data = default_config_mapping() if path is None else read_yaml_mapping(path)
     data = apply_overrides(data, overrides)
     if path is None:
-        data = size_custom_default(data, overrides)
+        data = _size_custom_default(data, overrides)
     return validate_config(data, source=str(path) if path else "config")
 
 
-def size_custom_default(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def _size_custom_default(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """The embedded default switched to a custom topology keeps no GPU count of its own.
 
     The default's 1,024 GPUs belong to its Perlmutter; a custom topology file says how many

@@ -8,7 +8,7 @@ built from different GPU positions are not, and lockstep made the slowest set th
 for all (0.3% off the full mode). Splitting the workload's classes by GPU position there
 keeps the two modes equal (checked on Frontier grids by tests). Positions whose own links
 look alike share a class (Frontier: even and odd GCDs), which keeps the representatives
-few: one class per GCD cost 6x the engine time at 32,768 GCDs, two cost 1.6x. Nodes whose
+few: one class per GCD cost 6x the engine time at 32,768 GCDs, two cost 1.4-1.6x. Nodes whose
 GPUs look alike (NVSwitch boxes, Perlmutter, Alps) keep their classes and their speed.
 A grid whose groups mix positions unevenly (a factor 3 on Frontier, 3 NICs for 4 GPUs)
 cannot be simulated symmetrically; `auto` then runs the full mode.

@@ -7,14 +7,7 @@ import sys
 
 import click
 
-from simulator.config import (
-    ExperimentConfig,
-    apply_overrides,
-    default_config_mapping,
-    read_yaml_mapping,
-    size_custom_default,
-    validate_config,
-)
+from simulator.config import ExperimentConfig, load_config
 from simulator.errors import ConfigError
 from workloads.axonn.params import Grid
 from workloads.strategies import STRATEGY_NAMES
@@ -37,7 +30,7 @@ def flag_overrides(
     if machine:
         out.append(f"cluster.machine={machine}")
     if gpus is not None:
-        out += [f"cluster.gpus={gpus}", "cluster.nodes=null"]
+        out.append(f"cluster.gpus={gpus}")  # replaces a node count (apply_overrides)
     if model:
         out.append(f"model.name={model}")
     if grid is not None:
@@ -72,20 +65,14 @@ def flag_overrides(
 def resolve_config(
     config_path: str | None, strategy: str | None, overrides: list[str], sets: tuple[str, ...]
 ) -> ExperimentConfig:
-    """Config file (or embedded default) + strategy reset + flags + --set, validated once."""
-    data = default_config_mapping() if config_path is None else read_yaml_mapping(config_path)
+    """Config file (or embedded default) + --strategy + flags + --set, validated once (a
+    new strategy resets the parallel section: `simulator.config.apply_overrides`)."""
     if strategy and strategy not in STRATEGY_NAMES:
         raise ConfigError(
             f"--strategy: unknown strategy '{strategy}' (known: {', '.join(STRATEGY_NAMES)})"
         )
-    if strategy:
-        current = data.get("parallel", {}) or {}
-        if current.get("strategy", "axonn") != strategy:
-            data["parallel"] = {"strategy": strategy}
-    data = apply_overrides(data, [*overrides, *sets])
-    if config_path is None:
-        data = size_custom_default(data, [*overrides, *sets])
-    return validate_config(data, source=config_path or "config")
+    head = [f"parallel.strategy={strategy}"] if strategy else []
+    return load_config(config_path, [*head, *overrides, *sets])
 
 
 def register(app: click.Group) -> None:

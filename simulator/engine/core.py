@@ -199,6 +199,7 @@ class Engine:
         self.pending: dict[tuple[object, ...], _Pending] = {}
         self.work: deque[tuple[_Rank, int]] = deque()
         self.instances_cache: dict[Hashable, tuple[Hashable, np.ndarray]] = {}
+        self.group_gpus: dict[str, np.ndarray] = {}  # every instance of a group kind, as GPUs
         self.processed = 0
         # (first op, stop op, extra copies) of repeated bodies counted but not simulated
         self.virtual_copies: list[tuple[int, int, int]] = []
@@ -253,7 +254,7 @@ class Engine:
                 rows = self.placement[gv.members[:, [src, dst]]]
                 key: Hashable = (info.group, "all", src, dst)
             else:
-                rows = self.placement[gv.members]
+                rows = self._group_gpus(info.group)
                 key = (info.group, "all")
             bundles = pricer.bundles(info.kind, rows, info.nbytes, info.root, info.algorithm, key)
             return max(
@@ -482,8 +483,15 @@ class Engine:
         pricer = self.cost.pricer
         if info.algorithm is not None or info.peer >= 0 or pricer.algorithm != "auto":
             return info.algorithm
-        rows = self.placement[self.view.groups[info.group].members]
+        rows = self._group_gpus(info.group)
         return pricer.choose_algorithm(info.kind, rows, info.nbytes, info.root, (info.group, "all"))
+
+    def _group_gpus(self, group: str) -> np.ndarray:
+        """GPU table of every instance of a group kind (built once: this runs per launch)."""
+        got = self.group_gpus.get(group)
+        if got is None:
+            got = self.group_gpus[group] = self.placement[self.view.groups[group].members]
+        return got
 
     def _launch(self, key: tuple[object, ...], p: _Pending, r: _Rank, i: int) -> None:
         info = r.prog.comm[i]

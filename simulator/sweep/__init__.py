@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import ConfigError
 from simulator.export import make_out_dir
 from simulator.sweep.executors import dask_client, run_dask, run_inline, run_point, run_processes
 from simulator.sweep.spec import (
@@ -181,10 +180,7 @@ def run_sweep(
     """
     _check_options(jobs, fmt, dask_scheduler, dask_local)
     t0 = time.perf_counter()
-    try:
-        out = make_out_dir(out_dir)
-    except ConfigError as exc:
-        raise SweepError(str(exc)) from None
+    out = make_out_dir(out_dir)  # a ConfigError naming --out, like every other command
     journal, table = out / JOURNAL, out / f"rows.{fmt}"
     pts = points(spec)
     done = {r["config_hash"]: r for r in read_journal(journal, drop_failed=retry_failed)}

@@ -179,23 +179,16 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 # ------------------------------------------------------------------ points
 def set_value(data: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """Apply one axis value (dotted key) with the conveniences of `axsim simulate`:
-    a new strategy resets the parallel section, a GPU count replaces a node count, and a
-    number for cluster.stragglers means one straggler (rank 0) with that slowdown."""
-    out = dict(data)
-    if key == "parallel.strategy":
-        current = (out.get("parallel") or {}).get("strategy", "axonn")
-        if current != value:
-            out["parallel"] = {"strategy": value}
-    if key in ("cluster.gpus", "cluster.nodes"):
-        other = "nodes" if key == "cluster.gpus" else "gpus"
-        out = apply_overrides(out, [f"cluster.{other}=null"])
+    """Apply one axis value (dotted key) with the conveniences of `axsim simulate`
+    (`apply_overrides`: a new strategy resets the parallel section, a GPU count replaces a
+    node count), and a number for cluster.stragglers means one straggler (rank 0) with
+    that slowdown."""
     if key == "cluster.stragglers":
         if isinstance(value, int | float) and not isinstance(value, bool):
             value = [{"rank": 0, "slowdown": value}]
         elif isinstance(value, Mapping):
             value = [dict(value)]
-    return apply_overrides(out, [f"{key}={json.dumps(value)}"])
+    return apply_overrides(data, [f"{key}={json.dumps(value)}"])
 
 
 def resets_first(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
