@@ -24,7 +24,13 @@ from simulator.config import ExperimentConfig
 from simulator.errors import ConfigError
 from topologies.hardware import GpuSpec
 from workloads.axonn.params import AxonnParallel, Grid
-from workloads.axonn.workload import TrainingSetup, check_grid, choose_microbatch, memory_for
+from workloads.axonn.workload import (
+    TrainingSetup,
+    axonn_calls,
+    check_grid,
+    choose_microbatch,
+    memory_for,
+)
 from workloads.errors import WorkloadError
 from workloads.models import TransformerSpec
 from workloads.run import divisors
@@ -109,9 +115,7 @@ def rank_grids(
         if per_gpu % mbs:
             continue
         micro = per_gpu // mbs
-        est = axonn_comm_estimate(
-            spec, grid, training.batch_tokens, bandwidth, micro, params.transpose_alternate
-        )
+        est = axonn_comm_estimate(axonn_calls(spec, grid, params, training, mbs), micro, bandwidth)
         mem = memory_for(spec, grid, params, training, mbs).total
         out.append(Candidate(grid, mbs, micro, mem, est.total_s, est.by_group_s))
     out.sort(key=lambda c: (c.model_comm_time_s, c.grid.z, c.grid.y, c.grid.x))

@@ -12,8 +12,8 @@ from simulator.config import ExperimentConfig
 from simulator.plan import PlanBuilder, WorkloadPlan, cluster_shape, training_setup
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
-from workloads.axonn.memory import axonn_memory
 from workloads.axonn.params import AxonnParallel
+from workloads.axonn.workload import memory_for
 from workloads.hybrid.configure import choose_setup
 from workloads.hybrid.memory import hybrid_memory, max_batch_sequences
 from workloads.hybrid.params import HybridParallel
@@ -166,16 +166,6 @@ def _axonn_max_batch(
     grid = Grid(x=g["x"], y=g["y"], z=g["z"], data=g["data"])
 
     def fits(b: int) -> bool:
-        mem = axonn_memory(
-            spec,
-            grid,
-            b,
-            checkpointing=config.training.activation_checkpointing,
-            oag="oag" in params.overlap,
-            cache_weights=params.cache_weights,
-            optimizer=config.training.optimizer,
-            transpose_alternate=params.transpose_alternate,
-        )
-        return mem.total <= cap
+        return memory_for(spec, grid, params, training_setup(config), b).total <= cap
 
     return largest_fitting(fits) * grid.z * grid.data

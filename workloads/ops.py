@@ -50,6 +50,23 @@ class CollectiveKind(StrEnum):
     SEND_RECV = "send-recv"  # a point-to-point transfer (internal: one send + one recv)
 
 
+def bus_factor(kind: CollectiveKind, p: int) -> float:
+    """nccl-tests' bus-bandwidth factor: bytes each GPU's busiest link carries per byte of
+    the buffer in a bandwidth-optimal algorithm (all-reduce 2(p-1)/p; all-gather,
+    reduce-scatter and all-to-all (p-1)/p, of the output / input / buffer)."""
+    if p <= 1:
+        return 1.0
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2.0 * (p - 1) / p
+    if kind in (
+        CollectiveKind.ALL_GATHER,
+        CollectiveKind.REDUCE_SCATTER,
+        CollectiveKind.ALL_TO_ALL,
+    ):
+        return (p - 1) / p
+    return 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class ComputeOp:
     """A kernel on the GPU. `shape` is (m, n, k[, batch]) for GEMMs, else ()."""
