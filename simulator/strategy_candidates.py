@@ -192,7 +192,12 @@ def axonn_candidates(
         if c.memory_bytes > cluster.capacity_bytes:
             continue
         g = c.grid
-        parallel = {"strategy": "axonn", "grid": {"x": g.x, "y": g.y, "z": g.z, "data": g.data}}
+        parallel: dict[str, object] = {
+            "strategy": "axonn",
+            "grid": {"x": g.x, "y": g.y, "z": g.z, "data": g.data},
+        }
+        if c.cached_layers:
+            parallel.update(weight_lifetime="cache", cached_layers=c.cached_layers)
         out.append(
             Candidate(
                 "axonn", parallel, c.microbatch_sequences, c.memory_bytes, (c.model_comm_time_s,)

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from simulator.cli import main
-from validation.published import axonn_bandwidths, axonn_perlmutter, load_yaml
+from validation.published import axonn_bandwidths, axonn_frontier, axonn_perlmutter, load_yaml
 from validation.validate import Case, CaseResult, all_cases, select_cases
 
 SUBSET = "perlmutter-512-gpt-5b,bw-,nvswitch-,gemm-"
@@ -26,6 +26,8 @@ def test_every_published_number_is_a_case() -> None:
     assert len(names) == len(set(names))
     expected = (
         len(axonn_perlmutter())
+        + len(axonn_frontier())
+        + len(load_yaml("axonn_frontier_overlap")["steps"])
         + len(axonn_bandwidths())
         + 2 * len(load_yaml("nccl_nvswitch")["rows"])
         + 2  # Vidur GEMMs, A100 and H100
@@ -37,6 +39,8 @@ def test_every_published_number_is_a_case() -> None:
     assert {c.tolerance_pct for c in select_cases("perlmutter")} == {10.0}
     # predictions are kept apart from the measurements constants were fitted on
     assert {c.role for c in select_cases("perlmutter")} == {"prediction"}
+    assert {c.role for c in select_cases("frontier-")} == {"prediction"}
+    assert len(select_cases("frontier-overlap-")) == 4
     assert {c.role for c in select_cases("bw-")} == {"fit"}
 
 

@@ -113,6 +113,11 @@ class WeightPolicy:
     def cached(self, layer: int) -> bool:
         return layer < self.cached_blocks
 
+    @property
+    def label(self) -> str:
+        """'cache' when blocks cache, else the lifetime (what a report prints)."""
+        return "cache" if self.cached_blocks else self.lifetime
+
 
 def weight_policy(params: AxonnParallel, layers: int) -> WeightPolicy:
     """Resolve `weight_lifetime` / `cached_layers` against the model's block count."""

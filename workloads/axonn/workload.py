@@ -167,7 +167,7 @@ def build_axonn_workload(
             "microbatch_sequences": microbatch_sequences,
             "overlap": list(params.overlap),
             "implementation": params.implementation,
-            "weight_lifetime": setup.policy.lifetime,
+            "weight_lifetime": setup.policy.label,
             "cached_layers": setup.policy.cached_blocks,
         },
     )
