@@ -67,11 +67,13 @@ def test_hsdp_all_reduces_the_shard_over_replicas_once() -> None:
 
 
 def test_zeropp_quantised_collectives_and_kernels() -> None:
+    """DeepSpeed quantises every all-gather under qwZ, the hpZ (secondary) ones too
+    (partition_parameters.py all_gather_coalesced(quantize=True) on ds_secondary_tensor)."""
     _, g = hybrid(ZeroppParallel(), 16, mbs=1, gpus_per_node=8)
     e = next(lay.weight_elems for lay in block_linears(SPEC, 1) if lay.name == "qkv")
     c = _by_name(g, "L0.qkv")
     assert c[("all-gather", "shard", e * 1.0)] == 1  # qwZ: int8 forward gather, global
-    assert c[("all-gather", "znode", e * DB)] == 2  # hpZ: recompute + backward in the node
+    assert c[("all-gather", "znode", e * 1.0)] == 2  # hpZ: recompute + backward in the node
     assert c[("all-to-all", "znode", e * 0.5)] == 1  # qgZ: int4 inside the node
     assert c[("all-to-all", "zinter", e * 0.5 / 8)] == 1  # then across nodes
     quant = [
@@ -79,7 +81,36 @@ def test_zeropp_quantised_collectives_and_kernels() -> None:
         for op in g.programs[0].ops
         if isinstance(op, ComputeOp) and op.kind is ComputeKind.QUANTIZE and "L0.qkv" in op.name
     ]
-    assert len(quant) == 2 + 4  # qwZ quantise + dequantise; qgZ 2 levels x (quant, dequant)
+    assert len(quant) == 3 * 2 + 4  # qwZ (quant, dequant) x 3 gathers; qgZ 2 x (quant, dequant)
+
+
+def test_zeropp_later_forwards_read_the_secondary_partition() -> None:
+    """Only the first forward of an iteration gathers from the global primary shards; it
+    fills the hpZ partition, which the later microbatches' forwards read (DeepSpeed's
+    use_secondary_tensor once ds_secondary_tensor is set)."""
+    _, g = hybrid(ZeroppParallel(), 16, sequences=16 * 3, mbs=1, gpus_per_node=8)
+    fwd = [
+        op.group
+        for op in collectives(g.programs[0], "L0.qkv")
+        if op.kind is K.ALL_GATHER and op.phase == "fwd"
+    ]
+    assert fwd == ["shard", "znode", "znode"]  # microbatches 1, 2 (standing for the middle), 3
+
+
+def test_zeropp_hier_default_is_the_pair_hierarchy_and_never_zeropp() -> None:
+    from simulator.strategy_candidates import hybrid_variants
+    from workloads.hybrid.configure import sharding_of
+    from workloads.run import ClusterShape
+
+    _, g = hybrid(ZeroppHierParallel(), 16, mbs=1, gpus_per_node=8)
+    groups = Counter(
+        op.group for op in collectives(g.programs[0], "L0.qkv") if ".bias" not in op.name
+    )
+    assert groups == {"shard": 1, "zpair": 3, "znode_x": 1, "zinter": 1}
+    variants = hybrid_variants("zeropp-hier", ClusterShape(16, 8, 64e9))
+    assert variants[0] == ZeroppHierParallel()
+    assert sharding_of(ZeroppParallel()) not in {sharding_of(v) for v in variants}
+    assert len(variants) == 26
 
 
 def test_zeropp_hier_pair_levels() -> None:

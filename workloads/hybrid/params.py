@@ -59,10 +59,12 @@ class ShardedParallel(UserModel):
 
 
 class ZeroppParallel(UserModel):
-    """ZeRO++ (Wang et al. 2023) over all GPUs: qwz (int8 forward all-gather), hpz
-    (secondary bf16 weight partition inside each node for the backward all-gathers),
-    qgz (int4 gradients through a hierarchical all-to-all: inside the node, then across
-    nodes)."""
+    """ZeRO++ (Wang et al. 2023, DeepSpeed's ZeRO-3 with its three options) over all GPUs:
+    qwz (every weight all-gather in int8), hpz (a secondary weight partition inside each
+    node, `zero_hpz_partition_size` = GPUs per node: once the first forward of an
+    iteration has filled it, the recompute, backward and later forward all-gathers read it
+    and never leave the node), qgz (int4 gradients through DeepSpeed's two-stage
+    all-to-all: inside the node, reduce, then across nodes)."""
 
     strategy: Literal["zeropp"] = "zeropp"
     qwz: bool = True
@@ -74,21 +76,32 @@ class ZeroppParallel(UserModel):
 
 
 class ZeroppHierParallel(UserModel):
-    """ZeRO++ with 3-level hierarchical partitioning (Frontier: GCD pair, node, global).
+    """ZeRO++ with 3-level hierarchical partitioning (Xu et al., arXiv 2501.04266, on
+    Frontier: GCD pair (one MI250X, 200 GB/s), node (Infinity Fabric 50-100 GB/s), global
+    (4 x 25 GB/s Slingshot per node)).
 
-    forward_partition / backward_partition: the partition the forward / backward
-    all-gathers read ('global' = ZeRO-3's; a node or pair partition is an extra bf16
-    copy refreshed after each optimizer step). gradient_partition: the first level of
-    the hierarchical gradient reduction ('pair' -> pair, node, global; 'node' -> node,
-    global; 'global' -> one flat reduction).
+    forward_partition: what the first forward all-gather of an iteration reads ('global' =
+    ZeRO's primary shards; 'node' / 'pair' = an extra bf16 partition refreshed from the
+    primary shards after each optimizer step). backward_partition: the secondary (hpZ)
+    partition that the recompute, backward and later forward all-gathers read.
+    gradient_partition: the first level of the hierarchical gradient reduction ('pair' ->
+    pair, node, global; 'node' -> node, global, which is ZeRO++'s qgZ; 'global' -> one
+    flat reduction).
+
+    The defaults are the hierarchy as we read the paper: secondary weight partition on the
+    GCD pair and gradients reduced pair -> node -> global, forward from the primary
+    shards. The paper does not publish the per-collective assignment in a form we could
+    check (shared/reference/baselines.md), so this is an assumption; `compare-strategies`
+    also searches the other assignments. (forward global, backward node, gradient node)
+    is ZeRO++ itself and is not searched under this name.
     """
 
     strategy: Literal["zeropp-hier"] = "zeropp-hier"
     qwz: bool = True
     qgz: bool = True
     forward_partition: PartitionLevel = "global"
-    backward_partition: PartitionLevel = "node"
-    gradient_partition: PartitionLevel = "node"
+    backward_partition: PartitionLevel = "pair"
+    gradient_partition: PartitionLevel = "pair"
     granularity: Literal["block", "linear"] = "linear"
     forward_prefetch: bool = True
     backward_prefetch: bool = True

@@ -317,6 +317,8 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.sb.send_on(
                 "send.act", "pp", (self.stage + 1) % p, self._p2p_bytes(), "act", "p2p:act_out"
             )
+        if self.sharder is not None:
+            self.sharder.secondary_filled = True
 
     def backward_pass(self, ps: Pass) -> None:
         """One chunk's backward on one microbatch, mirror of `forward_pass`."""

@@ -1,9 +1,15 @@
 """ZeRO-3 / FSDP / ZeRO++ weight gathers and gradient reductions of one rank.
 
-Gathers: the forward all-gather reads the forward partition (int8 with qwZ: quantise the
-shard, gather 1 byte per element, dequantise the gathered weight); the backward and
-recompute all-gathers read the backward partition (ZeRO++'s hpZ keeps a bf16 secondary
-partition inside the node, so these never leave it).
+Gathers follow DeepSpeed's ZeRO-3 code (deepspeed/runtime/zero/partition_parameters.py,
+partitioned_param_coordinator.py, commit 38327e0): the first forward all-gather of an
+iteration reads the forward partition (ZeRO's primary shards over all GPUs); releasing the
+gathered weight fills the secondary partition (hpZ, `_partition_param_sec`), and every
+later all-gather of the iteration (recompute, backward, the forwards of later
+microbatches) reads that secondary partition when there is one (`use_secondary_tensor`),
+so those never leave the node (ZeRO++) or the GCD pair (the Frontier hierarchy). With qwZ
+every all-gather, primary or secondary, moves int8 (`all_gather_coalesced(quantize=True)`
+quantises the secondary shards too): quantise the shard, gather 1 byte per element,
+dequantise the gathered weight.
 
 Gradient reductions: a reduce-scatter over the shard group, or a hierarchy of them
 (finest level first, each on the previous level's output); with qgZ each level is an
@@ -49,18 +55,30 @@ class Sharder:
         self.sh = setup.sharding
         self.db = dtype_bytes
         self.pending: list[int] = []
+        # True once the first forward of the iteration has gathered (and so filled the
+        # secondary partition, DeepSpeed's `_partition_param_sec`)
+        self.secondary_filled = False
+
+    def level(self, backward: bool) -> str:
+        """The partition an all-gather reads: the backward (secondary) partition for
+        backward/recompute gathers and for forwards once it is filled, else the forward one."""
+        sh = self.sh
+        if backward:
+            return sh.backward_level
+        if self.secondary_filled and sh.backward_level != "global":
+            return sh.backward_level
+        return sh.forward_level
 
     def _size(self, group: str) -> int:
         return group_size(self.setup, group)
 
     def gather(self, tag: str, elems: float, backward: bool, blocking: bool) -> Gather:
         """All-gather `elems` weight elements (the gathered size) for forward or backward."""
-        level = self.sh.backward_level if backward else self.sh.forward_level
-        group = LEVEL_GROUP[level]
+        group = LEVEL_GROUP[self.level(backward)]
         size = self._size(group)
         if size == 1:
             return Gather(-1, elems, False, tag)
-        quant = self.sh.qwz and not backward
+        quant = self.sh.qwz
         if quant:
             shard = elems / size
             self.b.compute(
