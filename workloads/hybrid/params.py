@@ -24,6 +24,10 @@ class MegatronParallel(UserModel):
 
     recompute: 'full' (checkpoint every block), 'selective' (recompute the attention
     kernel) or 'none'; None follows training.activation_checkpointing (full / none).
+    distribute_saved_activations: Megatron-LM's --distribute-saved-activations (formerly
+    --distribute-checkpointed-activations): with full recompute, each block's saved input
+    is split over the tensor-parallel GPUs and all-gathered before its recompute (not with
+    sequence parallelism, as Megatron asserts).
     bucket_size: gradient bucket in elements (None: Megatron's max(40M, 1M x dp)).
     """
 
@@ -34,10 +38,20 @@ class MegatronParallel(UserModel):
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
     recompute: Literal["none", "full", "selective"] | None = None
+    distribute_saved_activations: bool = False
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     bucket_size: int | None = Field(default=None, ge=1)
     grad_reduce_in_fp32: bool = True
+
+    @model_validator(mode="after")
+    def _distributed_saves(self) -> MegatronParallel:
+        if self.distribute_saved_activations and self.sequence_parallel:
+            raise ValueError(
+                "parallel.distribute_saved_activations cannot be combined with "
+                "sequence_parallel (Megatron-LM asserts the same)"
+            )
+        return self
 
 
 class ShardedParallel(UserModel):

@@ -228,6 +228,13 @@ class StageEmitter(BlockEmitter[TpLinear]):
         super().block_forward(layer, recompute)
 
     def block_backward(self, layer: int) -> None:
+        if self.setup.distribute_saved_activations and self.checkpointing:
+            # Megatron's CheckpointFunction: gather the split saved input before recompute
+            self.b.phase = "recompute"
+            self.tp_collective(
+                f"L{layer}.saved_input.ag_tp", K.ALL_GATHER, self.M * self.spec.hidden * self.db
+            )
+            self.b.phase = "bwd"
         if self.block_mode:
             nxt = f"L{layer - 1}" if layer - 1 >= self.chunk.start else None
             self._acquire(f"L{layer}", True, nxt)
