@@ -122,3 +122,13 @@ def test_fp32_training_keeps_no_master_copy() -> None:
     assert optimizer_bytes_per_param("adam", 4) == 8.0
     assert optimizer_bytes_per_param("sgd", 2) == 4.0
     assert optimizer_bytes_per_param("sgd", 4) == 0.0
+
+
+def test_a_malformed_claim_file_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import validation.claims as claims
+    from simulator.errors import ConfigError
+
+    bad = {"cite": "c", "source": "s", "claims": {}, "setup": {"gpus": {"value": 64}}}
+    monkeypatch.setattr(claims, "load_yaml", lambda name: bad)
+    with pytest.raises(ConfigError, match=r"^claims/broken\.yaml: setup\.gpus: .*exactly one"):
+        claims.load_claim.__wrapped__("broken")
