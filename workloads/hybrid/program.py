@@ -216,7 +216,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.b.wait(h)
         if self.linear_mode and not (tag == "logits" and self.tied_here):
             assert self.sharder is not None
-            self.sharder.reduce(tag, lay.weight_elems, self.last_mb)
+            self.sharder.reduce(tag, lay.weight_elems, self.last_mb, max(lay.k_local, lay.n_local))
 
     # -------------------------------------------------------------- blocks
     def block_forward(self, layer: int, recompute: bool) -> None:
@@ -268,7 +268,9 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.tp_collective("embedding.ag_tp.bwd", K.ALL_GATHER, M * h * db)
         self.elementwise("embedding.bwd", M * h, 3)
         if self.sharder is not None and self.linear_mode:
-            self.sharder.reduce("logits", self.lg.weight_elems, self.last_mb)
+            self.sharder.reduce(
+                "logits", self.lg.weight_elems, self.last_mb, max(self.lg.k_local, self.lg.n_local)
+            )
         if self.sharder is not None and self.block_mode:
             unit = self._root_unit(self.chunk)
             self.sharder.reduce(unit, self._unit_elems(unit), self.last_mb)

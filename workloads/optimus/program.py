@@ -31,7 +31,10 @@ That is 6q broadcasts/reduces per linear layer and, per transformer layer and GP
   broadcast and reduced likewise;
 - the cross-entropy all-reduces the logits' max, the target logit and the exponential
   sum along the row (SUMMA_CrossEntropy).
-Activation checkpointing re-runs each block's forward, broadcasts included, in backward.
+Every broadcast block is first copied into a workspace (`workspace.add`), partial
+products are cleared before use and copied out by their owner: memory-bound copies the
+released code runs beside the GEMMs. Activation checkpointing re-runs each block's
+forward, broadcasts included, in backward.
 Data parallelism adds Megatron-style gradient buckets.
 """
 
@@ -45,6 +48,7 @@ from workloads.graph import Program
 from workloads.hybrid.buckets import GradBuckets
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
+from workloads.ops import ComputeKind as C
 from workloads.transformer import BlockEmitter, BlockShape, optimizer_step
 
 
@@ -181,7 +185,18 @@ class _Writer(BlockEmitter[SummaLinear]):
             name, K.BROADCAST, group, elems * self.db, blocking=blocking, root=root
         )
 
+    def _stage(self, name: str, elems: float) -> None:
+        """`workspace.add(x)`: the released code copies every tensor it broadcasts into a
+        preallocated workspace first (read + write)."""
+        self.b.compute(name, C.MEMCPY, 0.0, 2.0 * elems * self.db)
+
+    def _zeros(self, name: str, elems: float) -> None:
+        """`workspace.zeros(shape)` / `torch.zeros`: a buffer cleared before use (write)."""
+        self.b.compute(name, C.MEMCPY, 0.0, elems * self.db)
+
     def _fwd_step_bcasts(self, lay: SummaLinear, tag: str, t: int, blocking: bool) -> list[int]:
+        self._stage(f"{tag}.stage_x.s{t}", self.mq * lay.k_block)
+        self._stage(f"{tag}.stage_a.s{t}", lay.weight_elems)
         x = self._bcast(f"{tag}.bcast_row.s{t}", "row", self.mq * lay.k_block, t, blocking)
         a = self._bcast(f"{tag}.bcast_col.s{t}", "col", lay.weight_elems, t, blocking)
         return [x, a]
@@ -190,6 +205,7 @@ class _Writer(BlockEmitter[SummaLinear]):
         self, lay: SummaLinear, tag: str, next_layer: tuple[SummaLinear, str] | None
     ) -> None:
         pre = self.s.prefetch_broadcasts
+        self._zeros(f"{tag}.out_zeros", self.mq * lay.n_block)
         handles = self._fwd_step_bcasts(lay, tag, 0, blocking=not pre)
         for t in range(self.q):
             if pre:
@@ -210,14 +226,24 @@ class _Writer(BlockEmitter[SummaLinear]):
         mq, db = self.mq, self.db
         if lay.name in BIASED:
             self._reduce(f"{tag}.bias.reduce_col", "col", lay.n_block, 0)
+        # each step stages the broadcast block, clears the partial product, multiplies and
+        # reduces it to its owner, which copies it out (once per call on every rank)
+        self._zeros(f"{tag}.dI.out_zeros", mq * lay.k_block)
         for t in range(self.q):  # dX = dY · Aᵀ (SUMMA_ABT)
+            self._stage(f"{tag}.stage_a.dI.s{t}", lay.weight_elems)
+            self._zeros(f"{tag}.partial_zeros.dI.s{t}", mq * lay.k_block)
             self._bcast(f"{tag}.bcast_col.dI.s{t}", "col", lay.weight_elems, t, True)
             self.b.gemm(f"{tag}.dI", mq, lay.k_block, lay.n_block, db)
             self._reduce(f"{tag}.reduce_row.dI.s{t}", "row", mq * lay.k_block, t)
+        self._stage(f"{tag}.dI.out_copy", mq * lay.k_block)
+        self._zeros(f"{tag}.dW.out_zeros", lay.weight_elems)
         for t in range(self.q):  # dA = Xᵀ · dY (SUMMA_ATB)
+            self._stage(f"{tag}.stage_x.dW.s{t}", mq * lay.k_block)
+            self._zeros(f"{tag}.partial_zeros.dW.s{t}", lay.weight_elems)
             self._bcast(f"{tag}.bcast_row.dW.s{t}", "row", mq * lay.k_block, t, True)
             self.b.gemm(f"{tag}.dW", lay.k_block, lay.n_block, mq, db)
             self._reduce(f"{tag}.reduce_col.dW.s{t}", "col", lay.weight_elems, t)
+        self._stage(f"{tag}.dW.out_copy", lay.weight_elems)
 
     def layernorm_forward(self, name: str) -> None:
         for stat in ("mean", "meansq"):
@@ -244,9 +270,12 @@ class _Writer(BlockEmitter[SummaLinear]):
         position embedding (row 0) broadcast and added."""
         sp, q = self.spec, self.q
         h_col = sp.hidden // q
+        self._zeros("embedding.out_zeros", self.mq * h_col)
         for t in range(q):
+            self._stage(f"embedding.stage.s{t}", self.lg.weight_elems)
             self._bcast(f"embedding.bcast_col.s{t}", "col", self.lg.weight_elems, t, True)
             self.elementwise(f"embedding.lookup.s{t}", self.mq * h_col, 2)
+        self._stage("pos_embedding.stage", sp.seq_len * h_col)
         self._bcast("pos_embedding.bcast_col", "col", sp.seq_len * h_col, 0, True)
         self.elementwise("pos_embedding.add", self.mq * h_col, 3)
 
@@ -257,6 +286,7 @@ class _Writer(BlockEmitter[SummaLinear]):
         h_col = sp.hidden // q
         self._reduce("pos_embedding.reduce_col", "col", sp.seq_len * h_col, 0)
         for t in range(q):
+            self._stage(f"embedding.stage.bwd.s{t}", self.lg.weight_elems)
             self._bcast(f"embedding.bcast_col.bwd.s{t}", "col", self.lg.weight_elems, t, True)
             self.elementwise(f"embedding.bwd.s{t}", self.mq * h_col, 3)
             self._reduce(f"embedding.reduce_col.s{t}", "col", self.lg.weight_elems, t)
