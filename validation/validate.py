@@ -68,19 +68,32 @@ class Case:
     name: str
     quantity: str
     unit: str
-    published: float
+    published: float | None  # None: no published number to compare (an info case)
     tolerance_pct: float | None
     cite: str
     source: str
     tasks: Callable[[bool], list[Task]]
-    value: Callable[[list[Any]], tuple[float, str]]
+    value: Callable[[list[Any]], tuple[float | None, str]]
     # True where this number helped set a default or preset constant (a consistency
     # check of the fit); False for predictions no constant was chosen from
     fitted: bool = False
+    tolerance_abs: float | None = None  # |simulated - published| bound instead of a %
+    at_least: float | None = None  # a lower bound on the simulated value instead
 
     @property
     def role(self) -> str:
         return "fit" if self.fitted else "prediction"
+
+    @property
+    def tolerance_text(self) -> str:
+        """How the case is checked, for tables ('info' when it is not)."""
+        if self.published is None:
+            return "info"
+        if self.at_least is not None:
+            return f">= {self.at_least:g}"
+        if self.tolerance_abs is not None:
+            return f"±{self.tolerance_abs:g}"
+        return "info" if self.tolerance_pct is None else f"±{self.tolerance_pct:g}%"
 
 
 @dataclass(frozen=True)
@@ -88,23 +101,31 @@ class CaseResult:
     """A case compared: simulated value, signed error and verdict."""
 
     case: Case
-    simulated: float | None
+    simulated: float | None  # None: the simulation failed, or (info cases) no value exists
     detail: str
+    failed: bool = False
 
     @property
     def error_pct(self) -> float | None:
-        if self.simulated is None or self.case.published == 0:
+        if self.simulated is None or not self.case.published:
             return None
         return 100.0 * (self.simulated / self.case.published - 1.0)
 
     @property
     def status(self) -> str:
-        if self.simulated is None:
+        c = self.case
+        if self.failed or (self.simulated is None and c.published is not None):
             return "failed"
-        if self.case.tolerance_pct is None:
+        if c.published is None or self.simulated is None:
+            return "info"
+        if c.at_least is not None:
+            return "ok" if self.simulated >= c.at_least else "outside"
+        if c.tolerance_abs is not None:
+            return "ok" if abs(self.simulated - c.published) <= c.tolerance_abs else "outside"
+        if c.tolerance_pct is None:
             return "info"
         err = self.error_pct
-        return "ok" if err is not None and abs(err) <= self.case.tolerance_pct else "outside"
+        return "ok" if err is not None and abs(err) <= c.tolerance_pct else "outside"
 
     def as_dict(self) -> dict[str, Any]:
         c = self.case
@@ -116,6 +137,9 @@ class CaseResult:
             "simulated": self.simulated,
             "error_pct": self.error_pct,
             "tolerance_pct": c.tolerance_pct,
+            "tolerance_abs": c.tolerance_abs,
+            "at_least": c.at_least,
+            "check": c.tolerance_text,
             "status": self.status,
             "role": c.role,
             "detail": self.detail,
@@ -418,6 +442,8 @@ def _overlap_case() -> Case:
 
 def all_cases() -> list[Case]:
     """Every case, in table order."""
+    from validation.claim_cases import claim_cases
+
     return [
         *_perlmutter_cases(),
         *_frontier_cases(),
@@ -426,6 +452,7 @@ def all_cases() -> list[Case]:
         *_nvswitch_cases(),
         *_gemm_cases(),
         _overlap_case(),
+        *claim_cases(),
     ]
 
 
@@ -457,8 +484,8 @@ def run_validation(
         res = [results[t.key] for t in ts]
         failed = next((r for r in res if isinstance(r, TaskFailed)), None)
         if failed is not None:
-            out.append(CaseResult(c, None, failed.message))
+            out.append(CaseResult(c, None, failed.message, failed=True))
             continue
         value, detail = c.value(res)
-        out.append(CaseResult(c, float(value), detail))
+        out.append(CaseResult(c, None if value is None else float(value), detail))
     return out, time.perf_counter() - t0

@@ -51,6 +51,10 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
         if o.result is None:
             table.add_row(o.strategy, "skipped", *["-"] * 6, "see below")
             continue
+        if o.same_program_as:
+            what = f"same program as {o.same_program_as}: {_config_text(o)}"
+            table.add_row(o.strategy, f"= {o.same_program_as}", *["-"] * 6, escape(what))
+            continue
         r = o.result.report
         table.add_row(
             o.strategy,
@@ -64,6 +68,9 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
             escape(_config_text(o)),
         )
     console = stdout_console()
+    note = next((o.batch_note for o in outcomes if o.batch_note), None)
+    if note:
+        console.print(f"[yellow]batch:[/] {escape(note)}")
     console.print(table)
     for o in outcomes:
         if o.result is None:

@@ -51,7 +51,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
     for r in results:
         c = r.case
         err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
-        tol = "info" if c.tolerance_pct is None else f"±{c.tolerance_pct:g}%"
+        tol = c.tolerance_text
         table.add_row(
             c.name,
             escape(c.quantity),
@@ -105,8 +105,8 @@ def register(app: click.Group) -> None:
         cases = select_cases(only)
         if list_only:
             for c in cases:
-                tol = "info" if c.tolerance_pct is None else f"±{c.tolerance_pct:g}%"
-                click.echo(f"{c.name:34s} {c.published:g} {c.unit} ({tol}) {c.cite}")
+                pub = "-" if c.published is None else f"{c.published:g}"
+                click.echo(f"{c.name:34s} {pub} {c.unit} ({c.tolerance_text}) {c.cite}")
             return
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs must be positive, got {jobs}")

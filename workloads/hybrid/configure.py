@@ -180,6 +180,7 @@ def build_setup(
         dp=dp,
         shard=shard,
         sequence_parallel=bool(getattr(params, "sequence_parallel", False)),
+        distribute_saved_activations=bool(getattr(params, "distribute_saved_activations", False)),
         virtual_stages=getattr(params, "virtual_stages", 1),
         microbatch_sequences=microbatch_sequences,
         microbatches=per_replica // microbatch_sequences,
@@ -217,6 +218,11 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
     if setup.sequence_parallel and tokens % setup.tp:
         raise WorkloadError(
             f"parallel.sequence_parallel: {tokens} tokens per microbatch not divisible by tp={setup.tp}"
+        )
+    if setup.distribute_saved_activations and setup.recompute != "full":
+        raise WorkloadError(
+            "parallel.distribute_saved_activations needs full recompute (training."
+            "activation_checkpointing or parallel.recompute='full')"
         )
     if setup.sharded and setup.sharding.granularity == "linear" and setup.pp > 1:
         raise WorkloadError("parallel.granularity 'linear' needs pp = 1")

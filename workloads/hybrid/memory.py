@@ -39,6 +39,7 @@ from workloads.memory import (
     MemoryBreakdown,
     block_activation_bytes,
     largest_fitting,
+    optimizer_bytes_per_param,
 )
 from workloads.models import TransformerSpec
 
@@ -57,7 +58,7 @@ def _block_activations(spec: TransformerSpec, setup: HybridSetup, tokens: int) -
 def _states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, float]:
     counts = stage_param_counts(spec, setup, stage)
     total = float(counts["total"])
-    adam = 12.0 if setup.optimizer == "adam" else 4.0
+    adam = optimizer_bytes_per_param(setup.optimizer, spec.dtype_bytes)
     db = spec.dtype_bytes
     if not setup.sharded:
         opt = adam * total / (setup.dp if setup.data_mode == "distopt" else 1)
@@ -102,7 +103,8 @@ def stage_memory(spec: TransformerSpec, setup: HybridSetup, stage: int) -> Memor
     block_act = _block_activations(spec, setup, tokens)
     sp = setup.sequence_parallel and setup.tp > 1
     if setup.recompute == "full":
-        stored = per_chunk * db * tokens * spec.hidden / (setup.tp if sp else 1)
+        split = setup.tp if sp or setup.distribute_saved_activations else 1
+        stored = per_chunk * db * tokens * spec.hidden / split
         working = block_act
     else:
         stored = per_chunk * block_act

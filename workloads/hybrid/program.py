@@ -216,7 +216,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.b.wait(h)
         if self.linear_mode and not (tag == "logits" and self.tied_here):
             assert self.sharder is not None
-            self.sharder.reduce(tag, lay.weight_elems, self.last_mb)
+            self.sharder.reduce(tag, lay.weight_elems, self.last_mb, max(lay.k_local, lay.n_local))
 
     # -------------------------------------------------------------- blocks
     def block_forward(self, layer: int, recompute: bool) -> None:
@@ -228,6 +228,13 @@ class StageEmitter(BlockEmitter[TpLinear]):
         super().block_forward(layer, recompute)
 
     def block_backward(self, layer: int) -> None:
+        if self.setup.distribute_saved_activations and self.checkpointing:
+            # Megatron's CheckpointFunction: gather the split saved input before recompute
+            self.b.phase = "recompute"
+            self.tp_collective(
+                f"L{layer}.saved_input.ag_tp", K.ALL_GATHER, self.M * self.spec.hidden * self.db
+            )
+            self.b.phase = "bwd"
         if self.block_mode:
             nxt = f"L{layer - 1}" if layer - 1 >= self.chunk.start else None
             self._acquire(f"L{layer}", True, nxt)
@@ -261,7 +268,9 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.tp_collective("embedding.ag_tp.bwd", K.ALL_GATHER, M * h * db)
         self.elementwise("embedding.bwd", M * h, 3)
         if self.sharder is not None and self.linear_mode:
-            self.sharder.reduce("logits", self.lg.weight_elems, self.last_mb)
+            self.sharder.reduce(
+                "logits", self.lg.weight_elems, self.last_mb, max(self.lg.k_local, self.lg.n_local)
+            )
         if self.sharder is not None and self.block_mode:
             unit = self._root_unit(self.chunk)
             self.sharder.reduce(unit, self._unit_elems(unit), self.last_mb)
@@ -317,6 +326,8 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.sb.send_on(
                 "send.act", "pp", (self.stage + 1) % p, self._p2p_bytes(), "act", "p2p:act_out"
             )
+        if self.sharder is not None:
+            self.sharder.secondary_filled = True
 
     def backward_pass(self, ps: Pass) -> None:
         """One chunk's backward on one microbatch, mirror of `forward_pass`."""

@@ -64,6 +64,7 @@ class HybridSetup:
     dp: int = 1
     shard: int = 1
     sequence_parallel: bool = False
+    distribute_saved_activations: bool = False  # Megatron: saved block inputs split over tp
     virtual_stages: int = 1
     microbatch_sequences: int = 1
     microbatches: int = 1
