@@ -107,14 +107,69 @@ def _tp_options(spec: TransformerSpec, params: HybridParallel, cluster: ClusterS
 
 
 def _pp_options(spec: TransformerSpec, params: HybridParallel) -> list[int]:
-    given = getattr(params, "pp", None)
+    given = params.pipeline_size if isinstance(params, MegatronParallel) else params_pp(params)
     if given is not None:
         return [given]
     if not isinstance(params, MegatronParallel | FsdpPpParallel):
         return [1]
     v = params.virtual_stages
     lo = 2 if isinstance(params, FsdpPpParallel) else 1
-    return [p for p in divisors(spec.layers) if p >= lo and spec.layers % (p * v) == 0]
+    extra = 0
+    if isinstance(params, MegatronParallel):
+        extra = int(params.account_for_embedding) + int(params.account_for_loss)
+    units = spec.layers + extra
+    return [
+        p
+        for p in divisors(units)
+        if p >= lo and units % (p * v) == 0 and (units // p > 1 or not extra)
+    ]
+
+
+def params_pp(params: HybridParallel) -> int | None:
+    """The pipeline degree the parameters fix, if any."""
+    return getattr(params, "pp", None)
+
+
+def stage_layers_for(spec: TransformerSpec, params: HybridParallel, pp: int) -> tuple[int, ...]:
+    """Transformer layers per pipeline rank the parameters ask for; () = an even split.
+
+    Megatron-Core's rule for account_for_embedding / account_for_loss: the embedding and
+    the loss count as one layer each, the sum splits evenly over the stages, and the
+    first / last stage runs one transformer layer fewer (num_layers + 1 + 1 on pp ranks,
+    megatron/core/transformer/transformer_config.py)."""
+    if not isinstance(params, MegatronParallel):
+        return ()
+    if params.layers_per_stage is not None:
+        given = tuple(params.layers_per_stage)
+        if sum(given) != spec.layers:
+            raise WorkloadError(
+                f"parallel.layers_per_stage puts {sum(given)} layers on the stages but the "
+                f"model has {spec.layers}"
+            )
+        return given
+    extra = (int(params.account_for_embedding), int(params.account_for_loss))
+    if not any(extra):
+        return ()
+    units = spec.layers + sum(extra)
+    if units % pp:
+        raise WorkloadError(
+            f"parallel.pp={pp} does not divide the model's {spec.layers} layers plus the "
+            f"{sum(extra)} counted for the embedding/loss (account_for_embedding/"
+            f"account_for_loss)"
+        )
+    counts = [units // pp] * pp
+    counts[0] -= extra[0]
+    counts[-1] -= extra[1]
+    if min(counts) < 1:
+        raise WorkloadError(
+            f"parallel.pp={pp}: with the embedding/loss counted as layers a stage of "
+            f"{spec.layers} layers would be left without a transformer layer"
+        )
+    return tuple(counts)
+
+
+def _cp_of(params: HybridParallel) -> int:
+    return params.cp if isinstance(params, MegatronParallel) else 1
 
 
 def _shard_default(params: HybridParallel, cluster: ClusterShape, dp: int) -> int:
@@ -132,9 +187,10 @@ def candidate_degrees(
     """Degree combinations the parameters allow on the cluster, smallest model-parallel
     size first (ties: tensor parallelism inside a node, then the smaller pipeline)."""
     out = []
+    cp = _cp_of(params)
     for tp in _tp_options(spec, params, cluster):
         for pp in _pp_options(spec, params):
-            if cluster.gpus % (tp * pp):
+            if cluster.gpus % (tp * pp * cp):
                 continue
             out.append(Degrees(tp, pp, getattr(params, "shard", None)))
     return sorted(out, key=lambda d: (d.tp * d.pp, d.tp > cluster.gpus_per_node, d.pp))
@@ -149,12 +205,11 @@ def build_setup(
     microbatch_sequences: int,
 ) -> HybridSetup:
     """A validated setup for explicit degrees and microbatch size."""
-    tp, pp = degrees.tp, degrees.pp
-    if cluster.gpus % (tp * pp):
-        raise WorkloadError(
-            f"parallel: tp*pp = {tp}*{pp} = {tp * pp} does not divide the {cluster.gpus} GPUs"
-        )
-    dp = cluster.gpus // (tp * pp)
+    tp, pp, cp = degrees.tp, degrees.pp, _cp_of(params)
+    if cluster.gpus % (tp * pp * cp):
+        what = f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}" if cp > 1 else f"tp*pp = {tp}*{pp} = {tp * pp}"
+        raise WorkloadError(f"parallel: {what} does not divide the {cluster.gpus} GPUs")
+    dp = cluster.gpus // (tp * pp * cp)
     data_mode = "sharded"
     if isinstance(params, MegatronParallel):
         data_mode = "distopt" if params.distributed_optimizer else "ddp"
@@ -179,6 +234,9 @@ def build_setup(
         pp=pp,
         dp=dp,
         shard=shard,
+        cp=cp,
+        cp_comm=meg.cp_comm,
+        stage_layers=stage_layers_for(spec, params, pp),
         sequence_parallel=bool(getattr(params, "sequence_parallel", False)),
         virtual_stages=getattr(params, "virtual_stages", 1),
         microbatch_sequences=microbatch_sequences,
@@ -186,7 +244,7 @@ def build_setup(
         recompute=resolve_recompute(params, training),
         data_mode=data_mode,  # type: ignore[arg-type]
         sharding=sharding_of(params),
-        bucket_elems=meg.bucket_size or max(DEFAULT_BUCKET_ELEMS, 1_000_000 * dp),
+        bucket_elems=meg.bucket_size or max(DEFAULT_BUCKET_ELEMS, 1_000_000 * dp * cp),
         overlap_grad_reduce=meg.overlap_grad_reduce,
         overlap_param_gather=meg.overlap_param_gather,
         grad_reduce_bytes=4 if data_mode != "sharded" and meg.grad_reduce_in_fp32 else 2,
@@ -203,23 +261,74 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
     """Raise WorkloadError (naming the field) unless the model splits evenly."""
     if setup.tp > 1:
         check_tensor_parallel(spec, setup.tp, "parallel.tp")
-    if spec.layers % setup.chunks:
-        raise WorkloadError(
-            f"parallel.pp={setup.pp} (x virtual_stages={setup.virtual_stages}) does not divide "
-            f"the model's {spec.layers} layers"
-        )
+    _check_stages(spec, setup)
+    check_context_parallel(spec, setup)
     if setup.virtual_stages > 1 and setup.microbatches % setup.pp:
         raise WorkloadError(
             f"parallel.virtual_stages: the interleaved schedule needs the {setup.microbatches} "
             f"microbatches per replica divisible by pp={setup.pp}"
         )
-    tokens = setup.microbatch_sequences * spec.seq_len
+    tokens = setup.microbatch_sequences * spec.seq_len // setup.cp
     if setup.sequence_parallel and tokens % setup.tp:
         raise WorkloadError(
-            f"parallel.sequence_parallel: {tokens} tokens per microbatch not divisible by tp={setup.tp}"
+            f"parallel.sequence_parallel: {tokens} tokens per microbatch and GPU not divisible "
+            f"by tp={setup.tp}"
         )
     if setup.sharded and setup.sharding.granularity == "linear" and setup.pp > 1:
         raise WorkloadError("parallel.granularity 'linear' needs pp = 1")
+
+
+def _check_stages(spec: TransformerSpec, setup: HybridSetup) -> None:
+    v = setup.virtual_stages
+    if not setup.stage_layers:
+        if spec.layers % setup.chunks:
+            raise WorkloadError(
+                f"parallel.pp={setup.pp} (x virtual_stages={v}) does not divide the model's "
+                f"{spec.layers} layers (uneven stages: parallel.layers_per_stage, or "
+                f"account_for_embedding / account_for_loss)"
+            )
+        return
+    if len(setup.stage_layers) != setup.pp or sum(setup.stage_layers) != spec.layers:
+        raise WorkloadError(
+            f"parallel.layers_per_stage: {len(setup.stage_layers)} stages of "
+            f"{sum(setup.stage_layers)} layers for pp={setup.pp} and {spec.layers} layers"
+        )
+    bad = [n for n in setup.stage_layers if n % v]
+    if bad:
+        raise WorkloadError(
+            f"parallel.layers_per_stage: {bad[0]} layers on a stage do not split into "
+            f"virtual_stages={v} chunks"
+        )
+
+
+def check_context_parallel(spec: TransformerSpec, setup: HybridSetup) -> None:
+    """Raise WorkloadError unless the sequence and heads split over cp as Transformer
+    Engine needs: 2 x cp load-balanced chunks of the sequence (p2p, all_gather: each GPU
+    takes chunks i and 2cp-1-i so causal work is even), the local heads over cp (a2a)."""
+    cp = setup.cp
+    if cp == 1:
+        return
+    if not setup.flash_attention:
+        raise WorkloadError(
+            "parallel.cp needs fused attention (training.flash_attention: true), as "
+            "Transformer Engine's context parallelism does"
+        )
+    if setup.cp_comm == "a2a":
+        kv = spec.kv_heads or spec.heads
+        for n, what in ((spec.heads, "attention heads"), (kv, "key/value heads")):
+            if (n // setup.tp) % cp:
+                raise WorkloadError(
+                    f"parallel.cp={cp} does not divide the {n // setup.tp} {what} per "
+                    f"tensor-parallel GPU (cp_comm a2a splits heads)"
+                )
+        if spec.seq_len % cp:
+            raise WorkloadError(f"parallel.cp={cp} does not divide model.seq_len={spec.seq_len}")
+        return
+    if spec.seq_len % (2 * cp):
+        raise WorkloadError(
+            f"parallel.cp={cp}: model.seq_len={spec.seq_len} does not split into 2 x cp = "
+            f"{2 * cp} load-balanced chunks"
+        )
 
 
 def candidate_setups(
@@ -232,7 +341,7 @@ def candidate_setups(
     out = []
     seqs = batch_sequences(spec, training)
     for deg in candidate_degrees(spec, params, cluster):
-        dp = cluster.gpus // (deg.tp * deg.pp)
+        dp = cluster.gpus // (deg.tp * deg.pp * _cp_of(params))
         if seqs % dp:
             continue
         options = (
