@@ -99,7 +99,11 @@ def _hybrid_degrees(params: ParallelConfig, gpus: int) -> dict[str, int]:
     if isinstance(params, MegatronParallel):
         pp, cp = params.pipeline_size or 1, params.cp
     if gpus % (tp * pp * cp):
-        what = f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}" if cp > 1 else f"tp*pp = {tp}*{pp} = {tp * pp}"
+        what = (
+            f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}"
+            if cp > 1
+            else f"tp*pp = {tp}*{pp} = {tp * pp}"
+        )
         raise WorkloadError(f"parallel: {what} does not divide the {gpus} GPUs")
     out = {"tp": tp, "pp": pp, "dp": gpus // (tp * pp * cp)}
     if cp > 1:

@@ -207,7 +207,11 @@ def build_setup(
     """A validated setup for explicit degrees and microbatch size."""
     tp, pp, cp = degrees.tp, degrees.pp, _cp_of(params)
     if cluster.gpus % (tp * pp * cp):
-        what = f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}" if cp > 1 else f"tp*pp = {tp}*{pp} = {tp * pp}"
+        what = (
+            f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}"
+            if cp > 1
+            else f"tp*pp = {tp}*{pp} = {tp * pp}"
+        )
         raise WorkloadError(f"parallel: {what} does not divide the {cluster.gpus} GPUs")
     dp = cluster.gpus // (tp * pp * cp)
     data_mode = "sharded"

@@ -283,7 +283,9 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.tp_collective("embedding.ag_tp.bwd", K.ALL_GATHER, M * h * db)
         self.elementwise("embedding.bwd", M * h, 3)
         if self.sharder is not None and self.linear_mode:
-            self.sharder.reduce("logits", self.lg.weight_elems, self.last_mb)
+            # tied: the output layer's gradient joins the embedding's, reduced once here
+            unit = "logits" if self.shared_output else "embedding"
+            self.sharder.reduce(unit, self.lg.weight_elems, self.last_mb)
         if self.sharder is not None and self.block_mode:
             unit = self._root_unit(self.chunk)
             self.sharder.reduce(unit, self._unit_elems(unit), self.last_mb)

@@ -168,9 +168,7 @@ def check_tensor_parallel(spec: TransformerSpec, tp: int, field_name: str) -> No
 
 def block_params(spec: TransformerSpec, tp: int) -> int:
     """Parameters of one block per GPU: split linears, their biases, the two norms."""
-    return sum(lay.weight_elems for lay in block_linears(spec, tp)) + block_small_params(
-        spec, tp
-    )
+    return sum(lay.weight_elems for lay in block_linears(spec, tp)) + block_small_params(spec, tp)
 
 
 def block_small_params(spec: TransformerSpec, tp: int) -> int:
@@ -199,6 +197,7 @@ def block_shape(
         seq_len=spec.seq_len,
         gated=spec.gated_mlp,
         flash_attention=flash_attention,
+        rope=spec.position == "rope",
     )
 
 
