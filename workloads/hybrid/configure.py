@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workloads.errors import WorkloadError
+from workloads.hybrid.context import check_context_parallel
 from workloads.hybrid.memory import hybrid_memory
 from workloads.hybrid.params import (
     FsdpPpParallel,
@@ -22,6 +23,7 @@ from workloads.hybrid.params import (
     ZeroppParallel,
 )
 from workloads.hybrid.setup import HybridSetup, Recompute, ShardingSetup, check_tensor_parallel
+from workloads.hybrid.stages import check_stages, stage_layers_for
 from workloads.models import TransformerSpec
 from workloads.run import ClusterShape, TrainingSetup, batch_sequences, divisors
 
@@ -130,44 +132,6 @@ def params_pp(params: HybridParallel) -> int | None:
     return getattr(params, "pp", None)
 
 
-def stage_layers_for(spec: TransformerSpec, params: HybridParallel, pp: int) -> tuple[int, ...]:
-    """Transformer layers per pipeline rank the parameters ask for; () = an even split.
-
-    Megatron-Core's rule for account_for_embedding / account_for_loss: the embedding and
-    the loss count as one layer each, the sum splits evenly over the stages, and the
-    first / last stage runs one transformer layer fewer (num_layers + 1 + 1 on pp ranks,
-    megatron/core/transformer/transformer_config.py)."""
-    if not isinstance(params, MegatronParallel):
-        return ()
-    if params.layers_per_stage is not None:
-        given = tuple(params.layers_per_stage)
-        if sum(given) != spec.layers:
-            raise WorkloadError(
-                f"parallel.layers_per_stage puts {sum(given)} layers on the stages but the "
-                f"model has {spec.layers}"
-            )
-        return given
-    extra = (int(params.account_for_embedding), int(params.account_for_loss))
-    if not any(extra):
-        return ()
-    units = spec.layers + sum(extra)
-    if units % pp:
-        raise WorkloadError(
-            f"parallel.pp={pp} does not divide the model's {spec.layers} layers plus the "
-            f"{sum(extra)} counted for the embedding/loss (account_for_embedding/"
-            f"account_for_loss)"
-        )
-    counts = [units // pp] * pp
-    counts[0] -= extra[0]
-    counts[-1] -= extra[1]
-    if min(counts) < 1:
-        raise WorkloadError(
-            f"parallel.pp={pp}: with the embedding/loss counted as layers a stage of "
-            f"{spec.layers} layers would be left without a transformer layer"
-        )
-    return tuple(counts)
-
-
 def _cp_of(params: HybridParallel) -> int:
     return params.cp if isinstance(params, MegatronParallel) else 1
 
@@ -265,7 +229,7 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
     """Raise WorkloadError (naming the field) unless the model splits evenly."""
     if setup.tp > 1:
         check_tensor_parallel(spec, setup.tp, "parallel.tp")
-    _check_stages(spec, setup)
+    check_stages(spec, setup)
     check_context_parallel(spec, setup)
     if setup.virtual_stages > 1 and setup.microbatches % setup.pp:
         raise WorkloadError(
@@ -280,59 +244,6 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
         )
     if setup.sharded and setup.sharding.granularity == "linear" and setup.pp > 1:
         raise WorkloadError("parallel.granularity 'linear' needs pp = 1")
-
-
-def _check_stages(spec: TransformerSpec, setup: HybridSetup) -> None:
-    v = setup.virtual_stages
-    if not setup.stage_layers:
-        if spec.layers % setup.chunks:
-            raise WorkloadError(
-                f"parallel.pp={setup.pp} (x virtual_stages={v}) does not divide the model's "
-                f"{spec.layers} layers (uneven stages: parallel.layers_per_stage, or "
-                f"account_for_embedding / account_for_loss)"
-            )
-        return
-    if len(setup.stage_layers) != setup.pp or sum(setup.stage_layers) != spec.layers:
-        raise WorkloadError(
-            f"parallel.layers_per_stage: {len(setup.stage_layers)} stages of "
-            f"{sum(setup.stage_layers)} layers for pp={setup.pp} and {spec.layers} layers"
-        )
-    bad = [n for n in setup.stage_layers if n % v]
-    if bad:
-        raise WorkloadError(
-            f"parallel.layers_per_stage: {bad[0]} layers on a stage do not split into "
-            f"virtual_stages={v} chunks"
-        )
-
-
-def check_context_parallel(spec: TransformerSpec, setup: HybridSetup) -> None:
-    """Raise WorkloadError unless the sequence and heads split over cp as Transformer
-    Engine needs: 2 x cp load-balanced chunks of the sequence (p2p, all_gather: each GPU
-    takes chunks i and 2cp-1-i so causal work is even), the local heads over cp (a2a)."""
-    cp = setup.cp
-    if cp == 1:
-        return
-    if not setup.flash_attention:
-        raise WorkloadError(
-            "parallel.cp needs fused attention (training.flash_attention: true), as "
-            "Transformer Engine's context parallelism does"
-        )
-    if setup.cp_comm == "a2a":
-        kv = spec.kv_heads or spec.heads
-        for n, what in ((spec.heads, "attention heads"), (kv, "key/value heads")):
-            if (n // setup.tp) % cp:
-                raise WorkloadError(
-                    f"parallel.cp={cp} does not divide the {n // setup.tp} {what} per "
-                    f"tensor-parallel GPU (cp_comm a2a splits heads)"
-                )
-        if spec.seq_len % cp:
-            raise WorkloadError(f"parallel.cp={cp} does not divide model.seq_len={spec.seq_len}")
-        return
-    if spec.seq_len % (2 * cp):
-        raise WorkloadError(
-            f"parallel.cp={cp}: model.seq_len={spec.seq_len} does not split into 2 x cp = "
-            f"{2 * cp} load-balanced chunks"
-        )
 
 
 def candidate_setups(

@@ -25,8 +25,10 @@ and values, which TE gets one of three ways (`cp_comm_type`):
 
 from __future__ import annotations
 
+from workloads.errors import WorkloadError
 from workloads.hybrid.setup import HybridSetup
 from workloads.hybrid.streams import StreamBuilder
+from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
 from workloads.ops import ComputeKind as C
 from workloads.transformer import ATTENTION_BACKWARD_FACTOR, BlockShape
@@ -132,3 +134,33 @@ class ContextParallelAttention:
             self._attention(f"{tag}.bwd{i}", 1.0 / cp, backward=True)
         b.wait(handle)
         self._accumulate(f"{tag}.merge.bwd", (self.out_bytes + self.kv_bytes) / self.db)
+
+
+def check_context_parallel(spec: TransformerSpec, setup: HybridSetup) -> None:
+    """Raise WorkloadError unless the sequence and heads split over cp as Transformer
+    Engine needs: 2 x cp load-balanced chunks of the sequence (p2p, all_gather: each GPU
+    takes chunks i and 2cp-1-i so causal work is even), the local heads over cp (a2a)."""
+    cp = setup.cp
+    if cp == 1:
+        return
+    if not setup.flash_attention:
+        raise WorkloadError(
+            "parallel.cp needs fused attention (training.flash_attention: true), as "
+            "Transformer Engine's context parallelism does"
+        )
+    if setup.cp_comm == "a2a":
+        kv = spec.kv_heads or spec.heads
+        for n, what in ((spec.heads, "attention heads"), (kv, "key/value heads")):
+            if (n // setup.tp) % cp:
+                raise WorkloadError(
+                    f"parallel.cp={cp} does not divide the {n // setup.tp} {what} per "
+                    f"tensor-parallel GPU (cp_comm a2a splits heads)"
+                )
+        if spec.seq_len % cp:
+            raise WorkloadError(f"parallel.cp={cp} does not divide model.seq_len={spec.seq_len}")
+        return
+    if spec.seq_len % (2 * cp):
+        raise WorkloadError(
+            f"parallel.cp={cp}: model.seq_len={spec.seq_len} does not split into 2 x cp = "
+            f"{2 * cp} load-balanced chunks"
+        )
