@@ -17,9 +17,9 @@ from simulator.render import stage_table
 from tests.cli_helpers import one_line_error
 from tests.strategy_helpers import SPEC, BlockOnlyKernels, hybrid, run
 from workloads.errors import WorkloadError
-from workloads.hybrid.stages import stage_layers_for
 from workloads.hybrid.params import MegatronParallel
 from workloads.hybrid.setup import stage_chunks
+from workloads.hybrid.stages import stage_layers_for
 from workloads.models import model_preset
 from workloads.ops import ComputeOp
 

@@ -25,6 +25,7 @@ and values, which TE gets one of three ways (`cp_comm_type`):
 
 from __future__ import annotations
 
+from workloads.builder import comm_stream
 from workloads.errors import WorkloadError
 from workloads.hybrid.setup import HybridSetup
 from workloads.hybrid.streams import StreamBuilder
@@ -33,7 +34,7 @@ from workloads.ops import CollectiveKind as K
 from workloads.ops import ComputeKind as C
 from workloads.transformer import ATTENTION_BACKWARD_FACTOR, BlockShape
 
-CP_STREAM = "comm:cp"  # the CP communicator's stream (TE posts the ring on it)
+CP_STREAM = comm_stream("cp")  # the CP communicator's stream (TE posts the ring on it)
 MERGE_PASSES = 3  # per step: read the step's output, read and write the running output
 
 
@@ -56,10 +57,12 @@ class ContextParallelAttention:
         """A flash-attention kernel doing `fraction` of this GPU's attention work."""
         sh = self.shape
         flops = fraction * sh.attention_forward_flops()
+        # as the single-GPU kernel (BlockEmitter): q, k, v in and the output out forward;
+        # q, k, v and their gradients backward
         nbytes = fraction * self.db * sh.attn_tokens * (sh.qkv_width + sh.heads * sh.head_dim)
         if backward:
             flops *= ATTENTION_BACKWARD_FACTOR
-            nbytes *= 2
+            nbytes = fraction * 2 * self.db * sh.attn_tokens * sh.qkv_width
         keys = max(sh.seq_len * fraction, 1.0)
         shape = (sh.attn_tokens, int(keys), sh.heads, sh.head_dim)
         self.b.compute(name, C.ATTENTION, flops, nbytes, shape)
