@@ -22,8 +22,13 @@ BASE = (
     "cluster.gpus=8192",
     "cluster.nodes=null",
     "model.name=llama3-405b",
-    "parallel={strategy: megatron, tp: 8, pp: 16, account_for_embedding: true, "
-    "account_for_loss: true, sequence_parallel: true, distributed_optimizer: true}",
+    "parallel.strategy=megatron",
+    "parallel.tp=8",
+    "parallel.pp=16",
+    "parallel.account_for_embedding=true",
+    "parallel.account_for_loss=true",
+    "parallel.sequence_parallel=true",
+    "parallel.distributed_optimizer=true",
     "training.batch_tokens=16777216",  # 16M tokens per batch (Table 4)
     "training.microbatch_sequences=1",
 )

@@ -167,6 +167,8 @@ def test_bad_stage_lists_are_one_line_errors(tmp_path, capsys) -> None:  # type:
           "--set", "parallel.account_for_embedding=false", "--set",
           "parallel.account_for_loss=false"], "at least one layer"),
         (["--set", "model.layers=7"], "does not divide"),
+        (["--set", "parallel.virtual_stages=2", "--set", "training.batch_tokens=16384"],
+         "a pipeline stage of 1 layers does not split into 2 chunks"),
     ]  # fmt: skip
     for args, message in cases:
         err = one_line_error(["simulate", cfg, *args], capsys)

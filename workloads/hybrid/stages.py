@@ -74,6 +74,6 @@ def check_stages(spec: TransformerSpec, setup: HybridSetup) -> None:
     bad = [n for n in setup.stage_layers if n % v]
     if bad:
         raise WorkloadError(
-            f"parallel.layers_per_stage: {bad[0]} layers on a stage do not split into "
-            f"virtual_stages={v} chunks"
+            f"parallel.virtual_stages={v}: a pipeline stage of {bad[0]} layers does not "
+            f"split into {v} chunks (stages: {list(setup.stage_layers)})"
         )
