@@ -34,6 +34,7 @@ NCCL_NAMES = {
     "broadcast": "Broadcast",
     "reduce": "Reduce",
     "send-recv": "SendRecv",
+    "ring-exchange": "SendRecv",  # batch_isend_irecv: NCCL runs it as a SendRecv kernel
 }
 COLLECTIVE_NAMES = {
     "all-reduce": "allreduce",
@@ -43,6 +44,7 @@ COLLECTIVE_NAMES = {
     "broadcast": "broadcast",
     "reduce": "reduce",
     "send-recv": "send",
+    "ring-exchange": "batch_isend_irecv",
 }
 HOST_PID_BASE = 100_000  # CPU-side pid of rank r: HOST_PID_BASE + r
 CPU_TID = 1

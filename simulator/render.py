@@ -98,6 +98,8 @@ def render_report(report: Report, console: Console | None = None) -> None:
         _pct(report.overlapped_comm_time_s, t),
     )
     c.print(time_table)
+    if report.stages:
+        c.print(stage_table(report))
 
     if report.busiest_links:
         links = Table(title="Busiest links")
@@ -117,6 +119,26 @@ def render_report(report: Report, console: Console | None = None) -> None:
         f"({report.skipped_segments} repeated microbatches copied), {report.events:,} events, "
         f"wall time {report.wall_time_s:.2f} s[/]"
     )
+
+
+def stage_table(report: Report) -> Table:
+    """One row per pipeline stage: its layers, load, waits and memory."""
+    t = report.iteration_time_s
+    table = Table(title="Pipeline stages (first rank of each)")
+    for col in ("stage", "layers", "compute", "load", "exposed comm", "pipeline wait", "memory"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for row in report.stages:
+        extra = "+".join(x for x, on in (("embedding", row.embedding), ("loss", row.head)) if on)
+        table.add_row(
+            f"{row.stage}" + (f" ({extra})" if extra else ""),
+            str(row.layers),
+            format_seconds(row.compute_s),
+            f"{100 * row.load:.0f}%",
+            format_seconds(row.exposed_comm_s),
+            f"{format_seconds(row.pipeline_wait_s)} ({_pct(row.pipeline_wait_s, t).strip()})",
+            format_bytes(row.memory_bytes),
+        )
+    return table
 
 
 @contextmanager

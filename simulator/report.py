@@ -5,11 +5,13 @@ on; keys are stable: iteration_time_s, compute_time_s, exposed_comm_time_s,
 overlapped_comm_time_s, comm_time_by_group_s (x, y, z, data), model_flops_per_iteration,
 pflops_total, tflops_per_gpu, percent_of_advertised_peak, percent_of_empirical_peak,
 memory_per_gpu_bytes, fits_in_memory, grid (x, y, z, data), machine, gpus, model,
-engine_mode, wall_time_s, events (plus extra detail keys).
+engine_mode, wall_time_s, events (plus extra detail keys; `stages`: one row per pipeline
+stage, empty without a pipeline).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import cast
 
@@ -17,6 +19,7 @@ import numpy as np
 
 from simulator.analysis import breakdown, with_virtual_copies
 from simulator.engine.core import EngineResult
+from simulator.timeline import Timeline
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 
@@ -34,6 +37,40 @@ class LinkUsage:
     bandwidth_GBps: float
     bytes: float
     utilization: float
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One pipeline stage as built: its first rank (simulated in every engine mode), its
+    transformer layers, whether it runs the embedding / the output layer and loss, and
+    its memory per GPU."""
+
+    stage: int
+    rank: int
+    layers: int
+    embedding: bool
+    head: bool
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One pipeline stage: what it runs, how busy its first rank is, and its memory.
+
+    load: its compute time over the busiest stage's (1.0 = the slowest stage);
+    pipeline_wait_s: the time its rank neither computes nor waits on a non-pipeline
+    collective: the pipeline bubble, plus exposed activation transfers."""
+
+    stage: int
+    rank: int
+    layers: int
+    embedding: bool
+    head: bool
+    compute_s: float
+    load: float
+    exposed_comm_s: float
+    pipeline_wait_s: float
+    memory_bytes: float
 
 
 @dataclass(frozen=True)
@@ -71,6 +108,7 @@ class Report:
     batch_tokens: int
     critical_rank: int
     busiest_links: list[LinkUsage] = field(default_factory=list)
+    stages: list[StageRow] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         d = asdict(self)
@@ -104,6 +142,34 @@ def busiest_links(
     return out
 
 
+def stage_rows(tl: Timeline, stages: Sequence[StagePlan], span_s: float) -> list[StageRow]:
+    """Per-stage rows from each stage's first rank ('pp' send/recv waits are the pipeline's)."""
+    copies = list(cast("list[tuple[int, int, int]]", tl.metadata.get("virtual_copies", [])))
+    parts = []
+    for st in stages:
+        rank_tl = tl.rank(st.rank)
+        parts.append(with_virtual_copies(rank_tl, breakdown(rank_tl), copies))
+    busiest = max((bd.compute_s for bd in parts), default=0.0)
+    rows = []
+    for st, bd in zip(stages, parts, strict=True):
+        other = bd.exposed_comm_s - bd.exposed_by_group_s.get("pp", 0.0)
+        rows.append(
+            StageRow(
+                stage=st.stage,
+                rank=st.rank,
+                layers=st.layers,
+                embedding=st.embedding,
+                head=st.head,
+                compute_s=bd.compute_s,
+                load=bd.compute_s / busiest if busiest > 0 else 0.0,
+                exposed_comm_s=other,
+                pipeline_wait_s=max(span_s - bd.compute_s - other, 0.0),
+                memory_bytes=st.memory_bytes,
+            )
+        )
+    return rows
+
+
 def build_report(
     result: EngineResult,
     *,
@@ -118,6 +184,7 @@ def build_report(
     memory: dict[str, float],
     model_flops: float,
     batch_tokens: int,
+    stages: Sequence[StagePlan] = (),
 ) -> Report:
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
@@ -177,4 +244,5 @@ def build_report(
         batch_tokens=batch_tokens,
         critical_rank=int(critical),
         busiest_links=busiest_links(topology, result.link_bytes, t),
+        stages=stage_rows(tl, stages, t),
     )

@@ -21,7 +21,16 @@ import numpy as np
 
 COMPUTE_KINDS = frozenset({"gemm", "attention", "elementwise", "optimizer", "memcpy", "quantize"})
 COMM_KINDS = frozenset(
-    {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "reduce", "send-recv"}
+    {
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+        "broadcast",
+        "reduce",
+        "send-recv",
+        "ring-exchange",
+    }
 )
 FIELDS = (
     "rank",

@@ -57,6 +57,7 @@ class BlockShape:
     seq_len: int
     gated: bool
     flash_attention: bool = True
+    rope: bool = False  # rotary position embedding applied to q and k (Llama)
 
     @property
     def res_elems(self) -> int:
@@ -207,6 +208,17 @@ class BlockEmitter(Generic[L]):
             sh.attention_shape,
         )
 
+    def rotary(self, layer: int, backward: bool) -> None:
+        """Rotary embedding of q and k (Megatron-Core applies it outside the core
+        attention, so selective recompute does not repeat it): one memory-bound kernel
+        reading and writing q and k, a multiply-add pair per element."""
+        sh = self.shape
+        if not sh.rope:
+            return
+        q = sh.heads * sh.head_dim
+        elems = sh.attn_tokens * (q + (sh.qkv_width - q) / 2)
+        self.elementwise(f"L{layer}.rope.{'bwd' if backward else 'fwd'}", elems, 2, 3)
+
     def activation_name(self, layer: int) -> str:
         return f"L{layer}.{'swiglu' if self.shape.gated else 'gelu'}"
 
@@ -222,6 +234,7 @@ class BlockEmitter(Generic[L]):
             nexts[-1] = self.forward_successor(layer)
         self.layernorm_forward(f"L{layer}.ln1.fwd")
         self.linear_forward(qkv, tags[0], nexts[0])
+        self.rotary(layer, backward=False)
         self.attention_forward(layer)
         self.linear_forward(out, tags[1], nexts[1])
         self.elementwise(f"L{layer}.residual1.fwd", sh.res_elems, 3)
@@ -253,5 +266,6 @@ class BlockEmitter(Generic[L]):
             self.attention_forward(layer)
             self.b.phase = "bwd"
         self.attention_backward(layer)
+        self.rotary(layer, backward=True)
         self.linear_backward(qkv, f"L{layer}.qkv")
         self.layernorm_backward(f"L{layer}.ln1.bwd")
