@@ -277,10 +277,7 @@ def screen_candidates(
     for c in head:
         graph = build_axonn_workload(spec, c.params(base), c.grid, training, c.microbatch_sequences)
         t = replay_iteration_s(
-            graph.programs[0],
-            kernels,
-            analytical_comm_time(c.grid, bandwidth),
-            kernels.overlap_slowdown,
+            graph.programs[0], kernels, analytical_comm_time(c.grid, bandwidth)
         )
         estimated.append(replace(c, estimated_iteration_time_s=t))
     estimated.sort(key=lambda c: (c.estimated_iteration_time_s, c.model_rank))
