@@ -123,7 +123,9 @@ def write_outputs(
     if chakra:
         from simulator.export_chakra import write_chakra_traces
 
-        paths += write_chakra_traces(out / "chakra", ctx, ranks)
+        # ASTRA-sim replays every rank: a class's ranks differ in their groups and peers
+        every = sorted({int(r) for members in stands_for.values() for r in members})
+        paths += write_chakra_traces(out / "chakra", ctx, every)
     if pictures:
         from simulator.pictures import write_pictures
 

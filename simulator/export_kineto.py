@@ -177,12 +177,10 @@ class _HostOps:
     def events(self) -> Iterator[dict[str, object]]:
         tl = self.info.timeline
         issue_us = self.info.issue_s * 1e6
-        stream_end: dict[str, float] = {}  # end (µs) of each stream's last kernel so far
         pending: list[int] = []  # waits issued since the last dispatched op
         prev = 0.0
         for i in range(len(tl)):
             kind = str(tl.kind[i])
-            stream = str(tl.stream[i])
             if kind == "wait":
                 pending.append(i)
                 continue
@@ -195,10 +193,9 @@ class _HostOps:
                 a += 0.25 * (b - a)
                 pending = []
             if kind in COMM_KINDS:
-                yield from self._collective(i, a, b, stream_end.get(stream, 0.0))
+                yield from self._collective(i, a, b)
             else:
                 yield from self._compute(i, a, b)
-            stream_end[stream] = float(tl.end_s[i]) * 1e6
         for j, wi in enumerate(pending):  # waits after the last op
             yield from self._wait(wi, prev + 2.0 * j, 2.0)
 
@@ -214,7 +211,7 @@ class _HostOps:
         tid = self.streams[str(tl.stream[i])]
         yield gpu_event(self.ctx, self.info, i, self.gpu, tid, self.corr, self.ext)
 
-    def _collective(self, i: int, a: float, b: float, after: float) -> Iterator[dict[str, object]]:
+    def _collective(self, i: int, a: float, b: float) -> Iterator[dict[str, object]]:
         tl, host, w = self.info.timeline, self.host, b - a
         kind = str(tl.kind[i])
         self.corr += 4
@@ -229,9 +226,8 @@ class _HostOps:
                  correlation=c - 3, **ext)  # fmt: skip
         yield _x("cuda_runtime", "cudaStreamWaitEvent", host, a + 0.3 * w, 0.1 * w,
                  correlation=c - 2, **ext)  # fmt: skip
-        start = float(tl.start_s[i]) * 1e6
-        yield _sync(self.gpu, tid, min(max(a + 0.4 * w, after), start), c - 2,
-                    COMPUTE_STREAM_ID, c - 3)  # fmt: skip
+        # the wait is satisfied when the kernel can start (its dependencies are done)
+        yield _sync(self.gpu, tid, float(tl.start_s[i]) * 1e6, c - 2, COMPUTE_STREAM_ID, c - 3)
         yield _x("cuda_runtime", "cudaLaunchKernelExC", host, a + 0.55 * w, 0.25 * w,
                  correlation=c - 1, **ext)  # fmt: skip
         yield _x("cuda_runtime", "cudaEventRecord", host, a + 0.85 * w, 0.1 * w,

@@ -169,9 +169,14 @@ def run_every_analysis(trace_dir: str | Path, rank: int = 0) -> dict[str, Any]:
         ),
     }
     out: dict[str, Any] = {}
-    for name, call in calls.items():
-        try:
-            out[name] = call()
-        except Exception as exc:  # a failing analysis is the finding, not a crash
-            out[name] = exc
+    # some analyses always draw (get_aten_op_kernels_and_delay calls plotly's show(),
+    # whose first call imports the notebook renderers: ~20 s); we want the tables only
+    from unittest import mock
+
+    with mock.patch("plotly.basedatatypes.BaseFigure.show", lambda *a, **k: None):
+        for name, call in calls.items():
+            try:
+                out[name] = call()
+            except Exception as exc:  # a failing analysis is the finding, not a crash
+                out[name] = exc
     return out
