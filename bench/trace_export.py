@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator.api import simulate  # noqa: E402
-from simulator.config import load_config  # noqa: E402
-from simulator.export import write_outputs  # noqa: E402
+from simulator.api import simulate
+from simulator.config import load_config
+from simulator.export import write_outputs
 
 CASES: dict[str, object] = {"classes": "all", "default": None, "ranks-128": list(range(0, 1024, 8))}
 

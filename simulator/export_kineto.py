@@ -42,7 +42,6 @@ from simulator.trace_names import (
     COLLECTIVE_NAMES,
     KINETO_DTYPES,
     aten_name,
-    format_ranks,
     kernel_name,
     message_nelems,
 )
@@ -88,7 +87,7 @@ def comm_args(ctx: TraceContext, info: RankInfo, i: int) -> dict[str, object]:
         "Out split size": "[]",
         "Process Group Name": info.pg_name[i],
         "Process Group Description": ctx.registry.pg_desc(group, tl.rank),
-        "Process Group Ranks": format_ranks(members),
+        "Process Group Ranks": ctx.registry.ranks_text(group, tl.rank),
         "Seq": int(info.seq[i]),
     }
 

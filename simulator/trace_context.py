@@ -29,6 +29,7 @@ from workloads.ops import CollectiveOp, RecvOp, SendOp, WaitOp
 
 if TYPE_CHECKING:
     from simulator.api import Result
+    from simulator.cost.kernels import KernelModel
 
 PS_PER_S = 10**12
 
@@ -92,7 +93,7 @@ class TraceContext:
         self._issue_cache[id(program)] = out
         return out
 
-    def _kernel_model(self):  # type: ignore[no-untyped-def]
+    def _kernel_model(self) -> KernelModel:
         from simulator.cost.kernels import KernelModel
         from topologies.hardware import gpu_spec
 

@@ -24,7 +24,7 @@ name).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -144,6 +144,16 @@ class GroupRegistry:
 
     groups: ProcessGroups
     offsets: dict[str, int]
+    _ranks_text: dict[tuple[str, int], str] = field(default_factory=dict, repr=False)
+
+    def ranks_text(self, kind: str, rank: int) -> str:
+        """`Process Group Ranks` of `rank`'s instance of `kind` (formatted once: a group of
+        1,024 ranks is 6 kB of text, written on every collective)."""
+        key = (kind, self.instance(kind, rank))
+        text = self._ranks_text.get(key)
+        if text is None:
+            text = self._ranks_text[key] = format_ranks(self.members(kind, rank))
+        return text
 
     @classmethod
     def build(cls, groups: ProcessGroups) -> GroupRegistry:

@@ -3,7 +3,6 @@ like real ones, and HTA's overlap and temporal breakdown equal axsim's own numbe
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
