@@ -93,6 +93,7 @@ def _fsdp_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
         ax.minorticks_off()
         ax.set_xlabel("H100 GPUs (8 per node)")
         ax.set_ylabel("tokens/s per GPU")
+        ax.set_ylim(bottom=0)  # strategies are compared by ratio: the axis starts at zero
         ax.set_title(model_label(m), fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -133,7 +133,8 @@ def _render_ablation(built: Built, out: Path, reduced: bool) -> FigureOutput:
         )
         ax.set_ylabel("time per batch (s)")
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    # below the bars, never over them
+    fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.06))
     fig.suptitle("AxoNN overlap ablation (simulated)")
     text = caption(
         "AxoNN overlap ablation",
@@ -166,7 +167,7 @@ def _render_breakdown(built: Built, out: Path, reduced: bool) -> FigureOutput:
     ax.set_ylim(0, 1.08)
     ax.set_title("bars per size: " + ", ".join(STEPS), fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8, frameon=False)
     fig.suptitle("AxoNN optimisation breakdown per model size on Frontier (simulated)")
     text = caption(
         "AxoNN optimisation breakdown on Frontier",

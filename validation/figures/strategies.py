@@ -257,6 +257,7 @@ def _zero_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
     ax.minorticks_off()
     ax.set_xlabel("GCDs (8 per node)")
     ax.set_ylabel("TFLOP/s per GCD")
+    ax.set_ylim(bottom=0)  # strategies are compared by ratio: the axis starts at zero
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.suptitle(

@@ -142,6 +142,10 @@ def _render(machine: str) -> Any:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         ax_f.set_yscale("log")
+        ax_f.margins(y=0.15)  # room for the % of peak labels above the points
+        # weak scaling: how far from flat, on an axis from zero (with room above the points)
+        tops = [r["report"]["iteration_time_s"] for r in res] + [p.time_per_batch_s for _, p in pub]
+        ax_t.set_ylim(0, 1.12 * max(tops))
         fig.suptitle(f"AxoNN weak scaling on {machine.capitalize()} (simulated)")
         rows = [point_line(g, m, r, unit) for (g, m), r in zip(pts, res, strict=True)]
         if pub:
