@@ -217,3 +217,26 @@ def test_pictures_are_written_with_editable_text(tmp_path: Path) -> None:
         svg = (tmp_path / f"{name}.svg").read_text()
         assert "<text" in svg and "Date" not in svg  # text kept as text, no timestamp
     assert np.isfinite(result.report.iteration_time_s)
+
+
+def test_export_flags_fail_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.cli_helpers import one_line_error
+
+    small = ["simulate", "--machine", "dgx-h100", "--gpus", "8", "--model", "gpt-tiny",
+             "--batch-tokens", "4096"]  # fmt: skip
+    assert "--chakra writes into the --out folder" in one_line_error([*small, "--chakra"], capsys)
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_chakra(name: str, *args: object, **kw: object) -> object:
+        if name.startswith("chakra"):
+            raise ImportError(name)
+        return real_import(name, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_chakra)
+    err = one_line_error([*small, "--out", str(tmp_path / "o"), "--chakra"], capsys)
+    assert "pip install 'axsim[chakra]'" in err
+    assert not (tmp_path / "o" / "report.json").exists()  # refused before simulating
