@@ -31,7 +31,10 @@ from simulator.errors import ConfigError
 from simulator.trace_context import TraceContext
 from workloads.ops import CollectiveKind, CollectiveOp, ComputeOp, RecvOp, SendOp, WaitOp
 
-ET_VERSION = "0.0.4"  # Chakra ET schema version the converter of mlc-chakra 1.0.0 writes
+ET_VERSION = (
+    "1.0.0"  # GlobalMetadata.version, as Chakra's own generator writes it (mlc-chakra 1.0.0,
+)
+# chakra/src/generator/generator.py)
 
 _COMM_TYPE = {  # CollectiveCommType of et_def.proto
     CollectiveKind.ALL_REDUCE: "ALL_REDUCE",
