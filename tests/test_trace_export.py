@@ -41,6 +41,11 @@ def _events(path: Path) -> list[dict]:  # type: ignore[type-arg]
 
 def test_flows_never_point_backwards_nor_join_other_groups(full_run) -> None:  # type: ignore[no-untyped-def]
     result, out = full_run
+    doc = read_trace_json(out / "trace.json.gz")
+    # a multi-rank file claims no single rank; it says which ranks it holds
+    assert "distributedInfo" not in doc and doc["axsim_ranks"] == {
+        str(r): str(r) for r in range(16)
+    }
     events = _events(out / "trace.json.gz")
     groups = GroupRegistry.build(result.plan.graph.groups).all_groups()
     starts = {e["id"]: e for e in events if e.get("ph") == "s"}
