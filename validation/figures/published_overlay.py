@@ -55,16 +55,22 @@ def series(figure: str, axis: str = "") -> list[PublishedSeries]:
 
 
 def overlay(
-    ax: Any, figure: str, axis: str = "", x_map: Callable[[float], float] | None = None
+    ax: Any,
+    figure: str,
+    axis: str = "",
+    x_map: Callable[[float], float] | None = None,
+    connect: bool = True,
 ) -> int:
-    """Draw `figure`'s published series on `ax`; returns how many points were drawn."""
+    """Draw `figure`'s published series on `ax`; returns how many points were drawn.
+    `connect=False` draws markers only (points on a categorical axis are not a curve)."""
     drawn = 0
     for i, s in enumerate(series(figure, axis)):
         xs = [x_map(x) if x_map else x for x in s.x]
         marker = ("s", "D", "^", "v")[i % 4]
         label = f"published: {s.label}" + (" (≈, read off a plot)" if s.approximate else "")
-        ax.plot(xs, list(s.y), marker=marker, linestyle="--", color="black",
-                markerfacecolor="none", label=label)  # fmt: skip
+        ax.plot(xs, list(s.y), marker=marker, linestyle="--" if connect else "none",
+                color="black", markerfacecolor="none", markersize=8, markeredgewidth=1.5,
+                label=label)  # fmt: skip
         drawn += len(xs)
     return drawn
 

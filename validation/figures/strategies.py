@@ -122,8 +122,9 @@ def _megatron_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
     }
     _grouped(ax, labels, pf, "sustained PFLOP/s")
     if not reduced:  # AxoNN's published points sit on the AxoNN bars (offset -0.2)
-        overlay(ax, "axonn-vs-megatron", x_map=lambda i: i - 0.2)
-        ax.legend(fontsize=8)
+        overlay(ax, "axonn-vs-megatron", x_map=lambda i: i - 0.2, connect=False)
+    # below the axes: never over the bars or the published markers
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8, frameon=False)
     fig.suptitle("AxoNN vs Megatron-LM on Perlmutter (simulated)")
     numbers, lines = [], []
     for (g, m), a, b in zip(pts, ax_res, mg_res, strict=True):
