@@ -40,7 +40,7 @@ def render_report(report: Report, console: Console | None = None) -> None:
     grid = " x ".join(f"{k}={v}" for k, v in g.items())
     # the title stays short: a piped (80-column) console would cut a long one, and the
     # grid is what a user who let axsim pick it most needs to see
-    head = f"[bold]{report.model}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine})"
+    head = f"[bold]{escape(report.model)}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine})"
     t = report.iteration_time_s
     summary = Table.grid(padding=(0, 2))
     summary.add_column(justify="left")
@@ -85,10 +85,15 @@ def render_report(report: Report, console: Console | None = None) -> None:
         format_seconds(report.exposed_comm_time_s),
         _pct(report.exposed_comm_time_s, t),
     )
-    for group, v in report.comm_time_by_group_s.items():
-        total = report.comm_total_by_group_s.get(group, 0.0)
+    native = report.comm_time_by_native_group_s
+    by_group = native if native else report.comm_time_by_group_s
+    totals = report.comm_total_by_native_group_s if native else report.comm_total_by_group_s
+    for group, v in by_group.items():
+        total = totals.get(group, 0.0)
+        axis = report.group_axes.get(group, group)
+        label = group if axis == group else f"{group} (axis {axis})"
         time_table.add_row(
-            f"  {group} (exposed / in flight)",
+            f"  {label} (exposed / in flight)",
             f"{format_seconds(v)} / {format_seconds(total)}",
             _pct(v, t),
         )

@@ -6,7 +6,15 @@ overlapped_comm_time_s, comm_time_by_group_s (x, y, z, data), model_flops_per_it
 pflops_total, tflops_per_gpu, percent_of_advertised_peak, percent_of_empirical_peak,
 memory_per_gpu_bytes, fits_in_memory, grid (x, y, z, data), machine, gpus, model,
 engine_mode, wall_time_s, events (plus extra detail keys; `stages`: one row per pipeline
-stage, empty without a pipeline).
+stage, empty without a pipeline), and `schema_version` /
+`axsim_version` (simulator/schema.py; `axsim schema --report` prints the JSON Schema).
+
+Group names: `comm_time_by_group_s` keeps the cross-strategy axes x, y, z, data (and pp
+for pipeline send/recv) so sweeps compare strategies on one key set;
+`comm_time_by_native_group_s` names the strategy's own groups (tp/dp/pp for Megatron,
+shard/replicate for FSDP, row/col for Optimus, x/y/z/data for AxoNN) and `group_axes`
+is the stable mapping from one to the other. A model whose shape differs from its preset
+is reported as `custom (<preset> with <field>=<value>, ...)`.
 """
 
 from __future__ import annotations
@@ -18,10 +26,12 @@ from typing import cast
 import numpy as np
 
 from simulator.analysis import breakdown, with_virtual_copies
+from simulator.config import ModelConfig
 from simulator.engine.core import EngineResult
 from simulator.timeline import Timeline
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
+from workloads.models import model_preset
 
 CONTRACT_GROUPS = ("x", "y", "z", "data")
 
@@ -109,11 +119,36 @@ class Report:
     critical_rank: int
     busiest_links: list[LinkUsage] = field(default_factory=list)
     stages: list[StageRow] = field(default_factory=list)
+    comm_time_by_native_group_s: dict[str, float] = field(default_factory=dict)
+    comm_total_by_native_group_s: dict[str, float] = field(default_factory=dict)
+    group_axes: dict[str, str] = field(default_factory=dict)
+    model_preset: str = ""
+    model_overrides: dict[str, object] = field(default_factory=dict)
+    model_custom: bool = False
 
     def to_json(self) -> dict[str, object]:
+        """The `--json` object: every field, `memory_per_gpu_GB`, and the versions."""
+        from simulator.schema import stamp
+
         d = asdict(self)
         d["memory_per_gpu_GB"] = self.memory_per_gpu_bytes / 1e9
-        return d
+        return stamp(d)
+
+
+def model_overrides(model: ModelConfig) -> dict[str, object]:
+    """The fields of `model` whose values differ from its preset's (its custom shape)."""
+    preset = model_preset(model.name)
+    spec = model.spec()
+    given = model.model_dump(exclude={"name"}, exclude_none=True)
+    return {k: getattr(spec, k) for k in given if getattr(spec, k) != getattr(preset, k)}
+
+
+def model_label(preset: str, overrides: dict[str, object]) -> str:
+    """The report's model name: the preset's, or "custom (...)" when the shape differs."""
+    if not overrides:
+        return preset
+    changes = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    return f"custom ({preset} with {changes})"
 
 
 def busiest_links(
@@ -185,6 +220,7 @@ def build_report(
     model_flops: float,
     batch_tokens: int,
     stages: Sequence[StagePlan] = (),
+    model_overrides: dict[str, object] | None = None,
 ) -> Report:
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
@@ -206,6 +242,8 @@ def build_report(
     for g, v in bd.comm_by_group_s.items():
         key = group_aliases.get(g, g)
         total_by_group[key] = total_by_group.get(key, 0.0) + v
+    native = sorted(set(bd.comm_by_group_s) | set(bd.exposed_by_group_s))
+    overrides = dict(model_overrides or {})
     flops_rate = model_flops / t if t > 0 else 0.0
     per_gpu = flops_rate / gpus if gpus else 0.0
     emp = gpu.empirical_gemm_flops
@@ -233,7 +271,7 @@ def build_report(
         machine=machine,
         gpu=gpu.name,
         gpus=gpus,
-        model=model_name,
+        model=model_label(model_name, overrides),
         engine_mode=result.mode,
         network_model=result.network_model,
         wall_time_s=result.wall_time_s,
@@ -245,4 +283,10 @@ def build_report(
         critical_rank=int(critical),
         busiest_links=busiest_links(topology, result.link_bytes, t),
         stages=stage_rows(tl, stages, t),
+        comm_time_by_native_group_s={g: bd.exposed_by_group_s.get(g, 0.0) for g in native},
+        comm_total_by_native_group_s={g: bd.comm_by_group_s.get(g, 0.0) for g in native},
+        group_axes={g: group_aliases.get(g, g) for g in native},
+        model_preset=model_name,
+        model_overrides=overrides,
+        model_custom=bool(overrides),
     )

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from simulator.schema import stamp
+
 
 def register(app: click.Group) -> None:
     @app.command("bench")
@@ -54,7 +56,7 @@ def register(app: click.Group) -> None:
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise click.BadParameter(f"{out_file}: cannot write a file there", param_hint="--out")
         result = run_bench(cases, show)
-        Path(out_file).write_text(json.dumps(result, indent=2))
+        Path(out_file).write_text(json.dumps(stamp(dict(result)), indent=2))
         table = Table(
             title=f"axsim bench (raw simpy: {result['raw_simpy_events_per_s']:,.0f} events/s)"
         )

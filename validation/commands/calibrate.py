@@ -10,6 +10,7 @@ import click
 
 from simulator.commands.params import FiniteFloat
 from simulator.cost.calibration import Calibration
+from simulator.schema import stamp
 
 
 def _summary(cal: Calibration) -> dict[str, Any]:
@@ -78,7 +79,7 @@ def calibrate_command(
     write_calibration(cal, out)
     summary = _summary(cal)
     if as_json:
-        click.echo(json.dumps({"out": str(out), "gpus": summary}, indent=2, default=str))
+        click.echo(json.dumps(stamp({"out": str(out), "gpus": summary}), indent=2, default=str))
         return
     for name, s in summary.items():
         err = s["max_collective_rel_error"]
