@@ -8,7 +8,10 @@ Definitions for one rank:
 - exposed communication: communication time not covered by compute;
 - overlapped communication: communication time covered by compute;
 - exposed time per group: the exposed intervals split equally among the groups whose
-  collectives are in flight at each instant (so the groups add up to the exposed total).
+  collectives are in flight at each instant (so the groups add up to the exposed total);
+- compute by kind: the kernels' own time per kind, and, for simulated timelines (which
+  know them), the launch gaps and the interference stretch as rows of their own
+  (`launch_gaps`, `interference`), so the rows add up to the compute records' total.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS
 from simulator.timeline import RankTimeline
 
 
@@ -89,11 +93,6 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
         g: length(tl.start_s[comm & (tl.group == g)], tl.end_s[comm & (tl.group == g)])
         for g in groups
     }
-    kinds = sorted({str(k) for k in tl.kind[comp]})
-    compute_by_kind = {
-        k: float((tl.end_s[comp & (tl.kind == k)] - tl.start_s[comp & (tl.kind == k)]).sum())
-        for k in kinds
-    }
     return RankBreakdown(
         span_s=span,
         compute_s=compute_s,
@@ -102,8 +101,25 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
         overlapped_comm_s=overlapped,
         exposed_by_group_s=_exposed_by_group(tl, comm, cu, groups),
         comm_by_group_s=comm_by_group,
-        compute_by_kind_s=compute_by_kind,
+        compute_by_kind_s=compute_by_kind(tl, comp),
     )
+
+
+def compute_by_kind(tl: RankTimeline, comp: np.ndarray | None = None) -> dict[str, float]:
+    """Seconds of compute records per kind (kernel time only), plus `launch_gaps` and
+    `interference` rows where the timeline carries them (see module doc)."""
+    comp = tl.mask_compute() if comp is None else comp
+    own = tl.end_s - tl.start_s
+    extra: dict[str, float] = {}
+    for key, col in ((LAUNCH_GAPS, tl.launch_s), (INTERFERENCE, tl.interference_s)):
+        if col is not None:
+            part = np.where(comp, col, 0.0)
+            own = own - part
+            extra[key] = float(part.sum())
+    kinds = sorted({str(k) for k in tl.kind[comp]})
+    out = {k: float(own[comp & (tl.kind == k)].sum()) for k in kinds}
+    out.update(extra)
+    return out
 
 
 def with_virtual_copies(

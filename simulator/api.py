@@ -60,7 +60,7 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         topology,
         kernels,
         params,
-        overlap_slowdown=kernels.overlap_slowdown,
+        overlap_slowdown=kernels.interference,
         calibration=calibration,
         gpu=gpu.name,
     )

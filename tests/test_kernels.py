@@ -80,18 +80,43 @@ def test_huge_square_gemm_approaches_flops_over_effective_peak() -> None:
     assert H100.kernel_time_s(g) == pytest.approx(ideal + H100.params.gemm_fixed_s, rel=0.02)
 
 
-def test_effective_peak_is_empirical_when_known_else_default_fraction() -> None:
-    # A100 40 GB: the fraction fitted on Vidur's A100 kernels (same silicon) wins over
-    # AxoNN's best-case 280 TFLOP/s micro-benchmark, which stays the report's reference
-    a100 = KernelModel("a100-40gb")
-    assert a100.params.fitted_gemm_peak
-    assert a100.gemm_peak_flops == pytest.approx(0.81 * 312e12)
+def test_one_gemm_peak_rule_for_every_gpu() -> None:
+    """P comes from one rule (kernel_defaults.yaml): the silicon's profiled fraction, else
+    its micro-benchmark fraction x the profiled / micro-benchmark ratio measured where both
+    exist (GA100), else the vendor's mean profiled fraction. No GPU has a value of its own."""
+    a100_40, a100_80 = KernelModel("a100-40gb"), KernelModel("a100-80gb")
+    # the same silicon (GA100, 400 W): one profiled fraction, whatever the HBM size
+    assert a100_40.gemm_peak_flops == pytest.approx(0.81 * 312e12)
+    assert a100_80.gemm_peak_flops == a100_40.gemm_peak_flops
+    assert "profiled ga100" in a100_40.params.gemm_peak_rule
+    # the ratio profiled / micro-benchmark on GA100 transfers to the micro-benchmarked rest
+    ratio = 0.81 / (280 / 312)
+    assert KernelModel("mi250x-gcd").gemm_peak_flops == pytest.approx(125e12 * ratio)
+    assert KernelModel("gh200").gemm_peak_flops == pytest.approx(813e12 * ratio)
+    # MI250 shares MI250X's CDNA2 silicon: its micro-benchmark fraction, its own peak
+    assert KernelModel("mi250-gcd").gemm_peak_flops == pytest.approx(
+        125 / 191.5 * ratio * 181.05e12
+    )
+    assert KernelModel("h200").gemm_peak_flops == H100.gemm_peak_flops  # GH100 at 700 W
+    # nothing measured on Volta: the mean of NVIDIA's profiled silicons
+    assert KernelModel("v100-32gb").params.gemm_peak_fraction == pytest.approx((0.81 + 0.758) / 2)
+    for gpu in ("a100-40gb", "mi250x-gcd", "gh200", "h100", "v100-16gb", "mi300x"):
+        spec = gpu_spec(gpu)
+        assert kernel_params(spec).gemm_peak_rule
+        assert 0.3 < KernelModel(gpu).gemm_peak_flops / spec.peak_flops < 0.9
     assert gpu_spec("a100-40gb").empirical_gemm_flops == pytest.approx(280e12)
-    assert KernelModel("gh200").gemm_peak_flops == pytest.approx(813e12)
-    assert KernelModel("mi250x-gcd").gemm_peak_flops == pytest.approx(125e12)
-    h100 = gpu_spec("h100")
-    assert H100.gemm_peak_flops == pytest.approx(kernel_params(h100).gemm_peak_fraction * 989e12)
-    assert 0.6 < H100.gemm_peak_flops / h100.peak_flops < 0.9
+
+
+def test_no_gpu_sets_its_own_gemm_peak(tmp_path: Path) -> None:
+    packaged = Path(cost.__path__[0]) / "data" / "kernel_defaults.yaml"
+    bad = tmp_path / "k.yaml"
+    bad.write_text(
+        packaged.read_text().replace(
+            "  a100-40gb:\n    hbm_efficiency: 0.82", "  a100-40gb:\n    gemm_peak_fraction: 0.9"
+        )
+    )
+    with pytest.raises(CostModelError, match=r"gpus\.a100-40gb\.gemm_peak_fraction"):
+        kernel_params(gpu_spec("a100-40gb"), bad)
 
 
 def test_memory_bound_gemv_is_priced_by_its_bytes() -> None:

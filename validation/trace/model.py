@@ -36,6 +36,8 @@ class RankInfo:
     base_time_ns: int | None
     n_events: int
     world_size_known: bool = True
+    sm_count: int | None = None  # deviceProperties numSms (CUs on ROCm) of this rank's GPU
+    memory_bytes: float | None = None  # deviceProperties totalGlobalMem
 
     @property
     def wall_start_s(self) -> float | None:

@@ -99,9 +99,11 @@ def _rank_info(raw: RawTrace, rank: int | None) -> RankInfo:
     devices = Counter(a.device for a in raw.gpu)
     device = devices.most_common(1)[0][0] if devices else -1
     props = [p for p in meta.get("deviceProperties") or () if isinstance(p, dict)]
-    gpu = next((str(p.get("name", "")) for p in props if p.get("id") == device), "")
-    if not gpu and props and device >= 0:
-        gpu = str(props[0].get("name", ""))
+    prop = next((p for p in props if p.get("id") == device), None)
+    if prop is None and props and device >= 0:
+        prop = props[0]
+    gpu = str(prop.get("name", "")) if prop else ""
+    sms, mem = (prop.get("numSms"), prop.get("totalGlobalMem")) if prop else (None, None)
     base = meta.get("baseTimeNanoseconds")
     backend = str(dist.get("backend", "gloo" if raw.features.gloo else ""))
     return RankInfo(
@@ -110,6 +112,8 @@ def _rank_info(raw: RawTrace, rank: int | None) -> RankInfo:
         process_groups=parse_pg_config(dist), t0_us=raw.t0_us,
         base_time_ns=int(base) if isinstance(base, int | float) else None, n_events=raw.n_events,
         world_size_known=known,
+        sm_count=int(sms) if isinstance(sms, int | float) and not isinstance(sms, bool) else None,
+        memory_bytes=float(mem) if isinstance(mem, int | float) and not isinstance(mem, bool) else None,
     )  # fmt: skip
 
 
