@@ -35,8 +35,11 @@ GATHERS = frozenset({"embedding", "index_select", "embedding_dense_backward"})
 DEFAULT_ELEMENT_BYTES = 4
 
 
-def _entries(dims: Any, types: Any) -> list[tuple[int, int, list[int] | None]]:
-    """(elements, element bytes, shape or None for a TensorList) of each tensor input."""
+def _entries(
+    dims: Any, types: Any, default: int = DEFAULT_ELEMENT_BYTES
+) -> list[tuple[int, int, list[int] | None]]:
+    """(elements, element bytes, shape or None for a TensorList) of each tensor input;
+    `default` bytes where neither the input's nor any other input's dtype is recorded."""
     types = types if isinstance(types, list) else []
     known = next((dtype_size(t) for t in types if isinstance(t, str) and dtype_size(t)), 0)
     out = []
@@ -45,30 +48,50 @@ def _entries(dims: Any, types: Any) -> list[tuple[int, int, list[int] | None]]:
         if n <= 0:
             continue
         size = dtype_size(types[i]) if i < len(types) and isinstance(types[i], str) else 0
-        out.append((n, size or known or DEFAULT_ELEMENT_BYTES, d if is_shape(d) else None))
+        out.append((n, size or known or default, d if is_shape(d) else None))
     return out
+
+
+Tensor = tuple[int, int]
+"""(elements, bytes per element) of one tensor an op reads or writes."""
+
+
+def op_tensors(
+    name: str, dims: Any, types: Any, default: int = DEFAULT_ELEMENT_BYTES
+) -> tuple[list[Tensor], list[Tensor]] | None:
+    """(read, written) tensors of ATen op `name` by the rules of the module doc (`default`
+    bytes per element where no dtype is recorded); None when unknown (gathers are sized by
+    op_traffic alone)."""
+    if not name.startswith("aten::") or not isinstance(dims, list):
+        return None
+    base = name.removeprefix("aten::")
+    inputs = _entries(dims, types, default)
+    if not inputs or base in GATHERS:
+        return None
+    reads = [(n, b) for n, b, _ in inputs]
+    if base in WRITE_ONLY:
+        return [], reads[:1]
+    if base.rstrip("_") in REDUCTIONS:
+        return reads, []
+    if base in CONCAT:
+        total = sum(n for n, _ in reads)
+        return reads, [(total, reads[0][1])]
+    if base.endswith("_"):  # in place: the first input is also the output
+        return reads, reads[:1]
+    largest = max(reads, key=lambda t: t[0] * t[1])
+    return reads, [(largest[0], reads[0][1])]
 
 
 def op_traffic(name: str, dims: Any, types: Any) -> float | None:
     """Estimated bytes read and written by the kernels of ATen op `name` (see module doc)."""
-    if not name.startswith("aten::") or not isinstance(dims, list):
+    if name.removeprefix("aten::") in GATHERS and isinstance(dims, list):
+        inputs = _entries(dims, types)
+        return _gather(name.removeprefix("aten::"), inputs) if inputs else None
+    tensors = op_tensors(name, dims, types)
+    if tensors is None:
         return None
-    base = name.removeprefix("aten::")
-    inputs = _entries(dims, types)
-    if not inputs:
-        return None
-    sizes = [n * b for n, b, _ in inputs]
-    if base in WRITE_ONLY:
-        return float(sizes[0])
-    if base in GATHERS:
-        return _gather(base, inputs)
-    if base.rstrip("_") in REDUCTIONS:
-        return float(sum(sizes))
-    if base in CONCAT:
-        return 2.0 * sum(sizes)
-    if base.endswith("_"):  # in place: the first input is also the output
-        return float(sum(sizes) + sizes[0])
-    return float(sum(sizes) + max(sizes))
+    reads, writes = tensors
+    return float(sum(n * b for n, b in reads) + sum(n * b for n, b in writes))
 
 
 def _gather(base: str, inputs: list[tuple[int, int, list[int] | None]]) -> float | None:
