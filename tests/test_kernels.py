@@ -36,11 +36,13 @@ def op(kind: ComputeKind, flops: float, nbytes: float, phase: str = "") -> Compu
 
 
 def single_tile_model(gpu: str = "h100") -> KernelModel:
-    """One 128x128 tile, no fixed costs, no k ramp: quantisation in its pure form."""
+    """One 128x128 tile, no split-K, no fixed costs, no k ramp: quantisation in its pure
+    form."""
     spec = gpu_spec(gpu)
     p = dataclasses.replace(
         kernel_params(spec),
         gemm_tiles=((128, 128),),
+        gemm_split_k=(1,),
         gemm_k_ramp=0.0,
         gemm_fixed_s=0.0,
         launch_overhead_s=0.0,
@@ -133,6 +135,17 @@ def test_gemm_without_shape_runs_at_the_effective_peak() -> None:
 
 
 # --------------------------------------------------------------------- quantisation
+def test_split_k_fills_the_sms_of_a_gemm_with_few_tiles() -> None:
+    """One 128x128 tile and a long k: split 16 ways it occupies 16 SMs, not one."""
+    km = single_tile_model()
+    split = KernelModel(km.spec, params=dataclasses.replace(km.params, gemm_split_k=(1, 16)))
+    g = gemm(128, 128, 65536)
+    assert km.kernel_time_s(g) / split.kernel_time_s(g) == pytest.approx(16.0, rel=1e-9)
+    # a GEMM that fills every SM already gains nothing
+    full = gemm(128 * 12, 128 * 11, 8192)
+    assert split.kernel_time_s(full) == pytest.approx(km.kernel_time_s(full))
+
+
 def test_wave_quantisation_one_extra_tile_costs_a_second_wave() -> None:
     km = single_tile_model()
     sms = km.spec.sm_count  # 132 = 12 x 11 tiles of 128 x 128
@@ -144,11 +157,14 @@ def test_wave_quantisation_one_extra_tile_costs_a_second_wave() -> None:
 
 
 def test_wave_quantisation_visible_with_default_tiles() -> None:
-    """Just past a full wave of the best tile, the time jumps (smaller tiles help a bit)."""
+    """Just past a full wave of the best tile, the time jumps (smaller tiles help a bit);
+    splitting k softens the jump (the partial second wave is shared out), never removes it."""
     n = 128 * 11
-    at = H100.kernel_time_s(gemm(256 * 12, n, 8192))
-    past = H100.kernel_time_s(gemm(256 * 12 + 64, n, 8192))
+    at, past = (H100.kernel_time_s(gemm(m, n, 8192)) for m in (256 * 12, 256 * 12 + 64))
     assert past / at > 1.3
+    split = KernelModel("h100", params=dataclasses.replace(H100.params, gemm_split_k=(1, 2, 4)))
+    at, past = (split.kernel_time_s(gemm(m, n, 8192)) for m in (256 * 12, 256 * 12 + 64))
+    assert 1.05 < past / at < 1.3
 
 
 def test_tile_quantisation_padding_costs_a_whole_tile() -> None:
@@ -248,8 +264,11 @@ def test_malformed_defaults_file_names_file_and_field(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------- properties
 dims = st.integers(min_value=1, max_value=20000)
-gpus = st.sampled_from(["h100", "a100-40gb", "mi250x-gcd", "mi300x"])
+gpus = st.sampled_from(["h100", "a100-40gb", "mi250x-gcd", "mi300x", "h100-split-k"])
 MODELS = {g: KernelModel(g) for g in ["h100", "a100-40gb", "mi250x-gcd", "mi300x"]}
+MODELS["h100-split-k"] = KernelModel(
+    "h100", params=dataclasses.replace(H100.params, gemm_split_k=(1, 2, 4, 8, 16))
+)
 
 
 @settings(max_examples=150, deadline=None)

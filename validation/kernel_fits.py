@@ -6,9 +6,11 @@ per-kernel averages that small kernels would dominate. Every fit needs a minimum
 evidence and otherwise returns None, which leaves the preset in charge:
 
 - fixed time of a memory-bound kernel: median time per kernel of ops moving < 256 KiB;
-- achieved memory bandwidth: sum of bytes / sum of (time - kernels x fixed) over the
-  memory-bound ops whose traffic is known and at least 1 MiB (element-wise, norms,
-  copies, optimizer; smaller ones are all fixed cost and say nothing about bandwidth);
+- achieved memory bandwidth: the time-weighted median of bytes / (time - kernels x fixed)
+  over the memory-bound ops whose traffic is known and at least 1 MiB (element-wise,
+  norms, copies, optimizer; smaller ones are all fixed cost and say nothing about
+  bandwidth). Ops that would beat the HBM spec are left out: their recorded shapes
+  overstate what they move (a broadcast input read once, an in-place op on a slice);
 - GEMM peak P (bf16 rate of a large GEMM): sum of FLOPs / (dtype scale x curve efficiency)
   over sum of (time - fixed), over GEMMs with shapes that the curve calls compute-bound;
 - attention rate: sum of FLOPs over sum of (time - fixed) of fused-attention kernels;
@@ -76,18 +78,26 @@ def fit_min_kernel(units: Iterable[WorkUnit]) -> TermFit | None:
     return TermFit(float(np.median(per)), len(per), f"median of {len(per)} ops < 256 KiB")
 
 
-def fit_memory_bandwidth(units: Iterable[WorkUnit], fixed_s: float) -> TermFit | None:
+def fit_memory_bandwidth(
+    units: Iterable[WorkUnit], fixed_s: float, spec_Bps: float
+) -> TermFit | None:
     """Achieved bandwidth of memory-bound ops (bytes over time net of fixed costs)."""
-    rows = [
-        u
-        for u in units
-        if u.kind in MEMORY_BOUND and u.kind != "memcpy" and (u.traffic or 0.0) >= BANDWIDTH_BYTES
-    ]
-    nbytes = sum(u.traffic or 0.0 for u in rows)
-    net = sum(max(u.time_s - u.kernels * fixed_s, 0.1 * u.time_s) for u in rows)
-    if len(rows) < MIN_MEMORY_UNITS or nbytes < MIN_MEMORY_BYTES or net <= 0:
+    rows: list[tuple[float, int]] = []
+    nbytes = 0.0
+    for u in units:
+        if u.kind not in MEMORY_BOUND or u.kind == "memcpy" or (u.traffic or 0.0) < BANDWIDTH_BYTES:
+            continue
+        net = max(u.time_s - u.kernels * fixed_s, 0.1 * u.time_s)
+        bw = (u.traffic or 0.0) / net
+        if bw <= spec_Bps:
+            rows.append((bw, max(int(u.time_s * 1e9), 1)))  # weight: nanoseconds
+            nbytes += u.traffic or 0.0
+    if len(rows) < MIN_MEMORY_UNITS or nbytes < MIN_MEMORY_BYTES:
         return None
-    return TermFit(nbytes / net, len(rows), f"{len(rows)} ops, {nbytes / 1e9:.2f} GB")
+    return TermFit(
+        _weighted_median(rows), len(rows),
+        f"time-weighted median of {len(rows)} ops >= 1 MiB, {nbytes / 1e9:.2f} GB",
+    )  # fmt: skip
 
 
 def _gemm_terms(u: WorkUnit, model: KernelModel) -> tuple[float, float] | None:

@@ -133,7 +133,9 @@ def gpu_terms(ev: GpuEvidence) -> GpuTerms:
     """Fit every term on one GPU type's evidence (presets where evidence is missing)."""
     model = KernelModel(ev.gpu)
     fixed = fit_min_kernel(ev.units)
-    bw = fit_memory_bandwidth(ev.units, fixed.value if fixed else model.min_kernel_s)
+    bw = fit_memory_bandwidth(
+        ev.units, fixed.value if fixed else model.min_kernel_s, model.spec.hbm_bandwidth_Bps
+    )
     compute, memory = fit_interference(ev.samples)
     gemm_fixed = fit_gemm_fixed(ev.units, model)
     attention_fixed = gemm_fixed.value if gemm_fixed else model.gemm_fixed_s

@@ -55,6 +55,7 @@ class KernelParams:
     attention_bwd_fraction: float
     sustained_clock_fraction: float = 1.0
     gemm_peak_rule: str = ""
+    gemm_split_k: tuple[int, ...] = (1,)
 
     @property
     def overlap_slowdown(self) -> float:
@@ -168,7 +169,16 @@ def _params_from_mapping(
     }
     fraction, rule = peak or (_positive(d, "gemm_peak_fraction", where), "vendor default")
     tiles, scale = _tiles_and_scales(d, where)
+    try:
+        splits = tuple(int(x) for x in gemm.get("split_k") or (1,))
+    except (TypeError, ValueError) as exc:
+        raise CostModelError(
+            f"kernel defaults {where}: field 'gemm.split_k' must list integers"
+        ) from exc
+    if not splits or any(x < 1 for x in splits):
+        raise CostModelError(f"kernel defaults {where}: field 'gemm.split_k' needs splits >= 1")
     return KernelParams(
+        gemm_split_k=splits,
         gemm_peak_fraction=fraction,
         gemm_peak_rule=rule,
         dtype_peak_scale=scale,

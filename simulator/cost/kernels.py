@@ -196,6 +196,7 @@ class KernelModel:
             tiles=p.gemm_tiles,
             tile_intensity_knee=p.gemm_tile_intensity_knee,
             k_ramp=p.gemm_k_ramp,
+            splits=p.gemm_split_k,
         )
 
     def gemm_curve_time_s(
