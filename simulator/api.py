@@ -103,5 +103,6 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         memory=plan.memory,
         model_flops=plan.model_flops,
         batch_tokens=config.training.batch_tokens,
+        kernel_terms=kernels.describe(),
     )
     return Result(config=config, topology=topology, plan=plan, engine=result, report=report)

@@ -6,6 +6,13 @@ overlapped_comm_time_s, comm_time_by_group_s (x, y, z, data), model_flops_per_it
 pflops_total, tflops_per_gpu, percent_of_advertised_peak, percent_of_empirical_peak,
 memory_per_gpu_bytes, fits_in_memory, grid (x, y, z, data), machine, gpus, model,
 engine_mode, wall_time_s, events (plus extra detail keys).
+
+`compute_by_kind_s` splits the compute of the critical rank into the kernels' own time by
+kind (gemm, attention, elementwise: norms, activations, residuals, copies; optimizer, ...)
+and the terms the step adds around them: `launch_gaps` (idle time between back-to-back
+kernels) and `interference` (kernels slowed by communication running beside them).
+`kernel_terms` says what the kernel model priced with (GEMM peak and its source, HBM
+bandwidth, launch gap, interference factors).
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ class Report:
     batch_tokens: int
     critical_rank: int
     busiest_links: list[LinkUsage] = field(default_factory=list)
+    kernel_terms: dict[str, object] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         d = asdict(self)
@@ -118,6 +126,7 @@ def build_report(
     memory: dict[str, float],
     model_flops: float,
     batch_tokens: int,
+    kernel_terms: dict[str, object] | None = None,
 ) -> Report:
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
@@ -177,4 +186,5 @@ def build_report(
         batch_tokens=batch_tokens,
         critical_rank=int(critical),
         busiest_links=busiest_links(topology, result.link_bytes, t),
+        kernel_terms=dict(kernel_terms or {}),
     )

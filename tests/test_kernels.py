@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import cost
-from simulator.cost import KernelModel, best_tile, kernel_params
+from simulator.cost import Interference, KernelModel, best_tile, kernel_params
 from simulator.errors import CostModelError
 from topologies.hardware import gpu_spec
 from workloads.ops import ComputeKind, ComputeOp
@@ -249,7 +249,10 @@ def test_defaults_merge_vendor_and_gpu_overrides() -> None:
     h100, rtx = kernel_params(gpu_spec("h100")), kernel_params(gpu_spec("rtx5000"))
     assert h100.hbm_efficiency == 0.90 and rtx.hbm_efficiency == 0.85  # override vs vendor
     assert h100.gemm_tiles == rtx.gemm_tiles
-    assert KernelModel("h100").overlap_slowdown == 1.2  # the vendor default (kernel_defaults.yaml)
+    # interference: the vendor default (kernel_defaults.yaml), a GPU's own trace fit
+    assert KernelModel("h100").interference == Interference(1.01, 1.0)
+    assert KernelModel("a100-40gb").interference == Interference(1.03, 1.03)
+    assert KernelModel("h100").overlap_slowdown == 1.01  # the compute-bound factor
 
 
 def test_malformed_defaults_file_names_file_and_field(tmp_path: Path) -> None:

@@ -334,6 +334,28 @@ class KernelModel:
         for key, value in zip(keys, t.tolist(), strict=True):
             self._cache[key] = value
 
+    def describe(self) -> dict[str, object]:
+        """The terms this model prices with and where they come from (for reports)."""
+        p, r, i = self.params, self.rates, self.interference
+        fitted = r.gemm_peak_flops is not None
+        return {
+            "gpu": self.spec.name,
+            "gemm_peak_tflops": self.gemm_peak_flops / 1e12,
+            "gemm_peak_source": "fitted on this GPU's traces (calibration)"
+            if fitted
+            else p.gemm_peak_rule,
+            "sustained_clock_fraction": p.sustained_clock_fraction,
+            "hbm_GBps": self.hbm_Bps / 1e9,
+            "hbm_source": "calibration"
+            if r.memory_bandwidth_Bps is not None
+            else f"{p.hbm_efficiency:g} x {self.spec.hbm_bandwidth_Bps / 1e9:g} GB/s spec",
+            "launch_gap_us": self.launch_overhead_s * 1e6,
+            "min_kernel_us": self.min_kernel_s * 1e6,
+            "interference_compute": i.compute,
+            "interference_memory": i.memory,
+            "calibrated": self.calibration is not None,
+        }
+
     def cache_size(self) -> int:
         """Number of distinct ops priced so far."""
         return len(self._cache)
