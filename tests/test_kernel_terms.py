@@ -90,7 +90,7 @@ def test_leave_one_out_predicts_held_out_traces(cases: list[TraceCase]) -> None:
     control = rows["trace_diff__control__control__step1009"]
     # a GPU type no other trace shows: transferred terms, the presets' GEMM peak
     assert not h100.own_gpu_evidence and h100.coverage > 0.99
-    for row, tol in (("gemm", 0.05), ("elementwise", 0.10), ("compute", 0.10)):
+    for row, tol in (("gemm", 0.10), ("elementwise", 0.10), ("compute", 0.10)):
         assert abs(h100.error(row)) < tol, row  # type: ignore[arg-type]
     assert abs(mi300x.error("compute")) < 0.10  # type: ignore[arg-type]
     assert abs(control.error("gemm")) < 0.10  # type: ignore[arg-type]

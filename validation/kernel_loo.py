@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from simulator.cost.calibration import Calibration, GpuCalibration
-from simulator.cost.kernel_params import _raw_defaults, kernel_params, resolve_gemm_peak
+from simulator.cost.kernel_params import kernel_params, raw_defaults, resolve_gemm_peak
 from simulator.cost.kernels import KernelModel
 from topologies.hardware import gpu_spec
 from validation.errors import TraceError
@@ -107,15 +107,17 @@ def _fitted(cases: Sequence[TraceCase]) -> dict[str, GpuTerms]:
 
 
 def _peak_without(gpu: str, held_out: Sequence[str]) -> tuple[float, str] | None:
-    """The GEMM-peak rule's answer when the preset's silicon profile came from a held-out
-    trace (its `source` names the file): the rule re-run without that profile."""
-    params = kernel_params(gpu_spec(gpu))
-    stems = [Path(f).name.split("__")[0] for f in held_out] + [Path(f).name for f in held_out]
-    if not any(s and s in params.gemm_peak_rule for s in stems):
-        return None
-    raw = dict(_raw_defaults(None))
+    """The GEMM-peak rule's answer when the preset's silicon profile was fitted on a
+    held-out trace (its `source_trace` names the file; a trimmed copy of it counts): the
+    rule re-run without that profile. None when the preset does not rest on them."""
+    raw = dict(raw_defaults(None))
     silicon = dict(raw.get("silicon") or {})
-    silicon.pop(gpu_spec(gpu).silicon, None)
+    own = silicon.get(gpu_spec(gpu).silicon) or {}
+    source = str(own.get("source_trace") or "")
+    stem = source.removesuffix(".gz").removesuffix(".json")
+    if not stem or not any(Path(f).name.startswith(stem) for f in held_out):
+        return None
+    silicon.pop(gpu_spec(gpu).silicon)
     raw["silicon"] = silicon
     vendor = float(raw["vendors"][gpu_spec(gpu).vendor]["gemm_peak_fraction"])
     return resolve_gemm_peak(gpu_spec(gpu), raw, vendor)

@@ -75,7 +75,7 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def _raw_defaults(path: str | None) -> dict[str, Any]:
+def raw_defaults(path: str | None) -> dict[str, Any]:
     """The parsed defaults file (the packaged one when `path` is None)."""
     if path is None:
         text = resources.files("simulator.cost").joinpath(DEFAULTS_FILE).read_text()
@@ -259,7 +259,7 @@ def kernel_params(gpu: GpuSpec, defaults_path: str | Path | None = None) -> Kern
     CostModelError naming the file and field when the file is malformed or the vendor
     is unknown.
     """
-    raw = _raw_defaults(None if defaults_path is None else str(defaults_path))
+    raw = raw_defaults(None if defaults_path is None else str(defaults_path))
     where = raw["_where"]
     vendor = raw["vendors"].get(gpu.vendor)
     if vendor is None:
