@@ -99,6 +99,12 @@ def render_report(report: Report, console: Console | None = None) -> None:
     )
     for kind, v in sorted(report.compute_by_kind_s.items(), key=lambda kv: -kv[1]):
         time_table.add_row(f"  {COMPUTE_LABELS.get(kind, kind)}", format_seconds(v), _pct(v, t))
+    if report.host_bound_s > 0:
+        time_table.add_row(
+            "waiting for the host (launch-bound)",
+            format_seconds(report.host_bound_s),
+            _pct(report.host_bound_s, t),
+        )
     time_table.add_row(
         "exposed communication",
         format_seconds(report.exposed_comm_time_s),

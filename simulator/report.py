@@ -11,6 +11,8 @@ engine_mode, wall_time_s, events (plus extra detail keys).
 kind (gemm, attention, elementwise: norms, activations, residuals, copies; optimizer, ...)
 and the terms the step adds around them: `launch_gaps` (idle time between back-to-back
 kernels) and `interference` (kernels slowed by communication running beside them).
+`host_bound_s` is the time the GPU waited for the host to issue kernels (a launch-bound
+step: kernels shorter than their host issue cost).
 `kernel_terms` says what the kernel model priced with (GEMM peak and its source, HBM
 bandwidth, launch gap, interference factors).
 """
@@ -52,6 +54,7 @@ class Report:
     comm_time_by_group_s: dict[str, float]
     comm_total_by_group_s: dict[str, float]
     compute_by_kind_s: dict[str, float]
+    host_bound_s: float
     model_flops_per_iteration: float
     pflops_total: float
     tflops_per_gpu: float
@@ -160,6 +163,7 @@ def build_report(
         comm_time_by_group_s=by_group,
         comm_total_by_group_s=total_by_group,
         compute_by_kind_s=bd.compute_by_kind_s,
+        host_bound_s=bd.host_bound_s,
         model_flops_per_iteration=model_flops,
         pflops_total=flops_rate / 1e15,
         tflops_per_gpu=per_gpu / 1e12,

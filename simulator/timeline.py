@@ -11,8 +11,9 @@ collective kind (all-reduce, ... , send-recv) or "wait". `group` is the process-
 ("" for compute). For collectives, `start_s` is when the rank launched the op (its kernel
 starts spinning) and `sync_start_s` when the last participant arrived. Simulated compute
 records also say how much of their duration is the launch gap (`launch_s`) and the
-interference stretch under overlapping communication (`interference_s`); measured
-timelines leave both None (a profiler sees only the kernel).
+interference stretch under overlapping communication (`interference_s`), and when the
+host had issued each op (`issue_s`: a kernel cannot start earlier); measured timelines
+leave them None (a profiler sees only the kernel).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class RankTimeline:
     sync_start_s: np.ndarray | None = None
     launch_s: np.ndarray | None = None
     interference_s: np.ndarray | None = None
+    issue_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.start_s.shape[0])
@@ -76,6 +78,7 @@ class RankTimeline:
         sync = None if self.sync_start_s is None else self.sync_start_s[mask]
         launch = None if self.launch_s is None else self.launch_s[mask]
         interference = None if self.interference_s is None else self.interference_s[mask]
+        issue = None if self.issue_s is None else self.issue_s[mask]
         return RankTimeline(
             rank=self.rank,
             stream=self.stream[mask],
@@ -90,6 +93,7 @@ class RankTimeline:
             sync_start_s=sync,
             launch_s=launch,
             interference_s=interference,
+            issue_s=issue,
         )
 
     def records(self) -> Iterator[dict[str, object]]:

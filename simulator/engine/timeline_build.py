@@ -46,6 +46,7 @@ def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
         np.asarray(prog.stretch_ps, dtype=np.float64) / PS_PER_S if prog.stretch_ps else np.zeros(n)
     )
     return {
+        "issue_s": np.asarray(prog.issue_ps, dtype=np.float64) / PS_PER_S,
         "launch_s": launch,
         "interference_s": stretch,
         "name": names,
@@ -93,4 +94,5 @@ def rank_timeline(
         sync_start_s=sync_s,
         launch_s=cols["launch_s"],
         interference_s=cols["interference_s"],
+        issue_s=cols["issue_s"],
     )
