@@ -25,7 +25,6 @@ predicted by no model and are left out of both sides.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -250,6 +249,3 @@ def self_check(case: TraceCase) -> dict[str, float]:
     terms = {case.gpu: gpu_terms(case.evidence)}
     model = model_for(case.gpu, terms)
     return predicted_rows(model, case.evidence.samples, case.evidence.units)
-
-
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
