@@ -11,7 +11,8 @@ GPU type (keys of topologies/data/gpus.yaml):
   points, for the network model;
 - `interference` (compute, memory): the factors by which compute-bound and memory-bound
   kernels stretch while a collective of the same GPU runs beside them
-  (`overlap_slowdown`, the single factor of older files, stands for the compute one);
+  (`overlap_slowdown`, the single factor of older files, stretches every kernel when a
+  file has no `interference`);
 - `rates` (optional): fitted rates and overheads that replace the spec-derived constants
   of the kernel model (the GEMM peak under the efficiency curve, or a flat GEMM rate for
   shapes off the table, memory bandwidth, attention rate, per-op launch and host issue

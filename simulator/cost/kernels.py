@@ -151,16 +151,21 @@ class KernelModel:
     @property
     def interference(self) -> Interference:
         """Stretch factors of compute-bound and memory-bound kernels under overlapping
-        communication: the calibration's (fitted on this GPU's traces), else the preset's."""
+        communication: the calibration's (fitted on this GPU's traces), else the preset's.
+        A file with only the single factor of older versions (`overlap_slowdown`) meant
+        "compute stretches by this much", and it still applies to every kernel."""
         p = self.params
+        preset = Interference(p.interference_compute, p.interference_memory)
         gcal = self.calibration.for_gpu(self.spec.name) if self.calibration else None
-        fitted = gcal.interference if gcal is not None else None
-        compute = fitted.compute if fitted is not None else None
-        memory = fitted.memory if fitted is not None else None
-        if compute is None and gcal is not None and gcal.overlap_slowdown is not None:
-            compute = gcal.overlap_slowdown  # files of older versions: one GEMM factor
+        if gcal is None:
+            return preset
+        fitted = gcal.interference
+        if fitted is None:
+            if gcal.overlap_slowdown is not None:
+                return Interference.uniform(gcal.overlap_slowdown)
+            return preset
         return Interference(
-            _fitted(compute, p.interference_compute), _fitted(memory, p.interference_memory)
+            _fitted(fitted.compute, preset.compute), _fitted(fitted.memory, preset.memory)
         )
 
     @property
