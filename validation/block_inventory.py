@@ -210,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--out")
     parser.add_argument("--source", default=None, help="Provenance line for the header.")
     args = parser.parse_args(argv)
-    text = render(inventory(args.trace), args.source or args.trace)
+    try:
+        text = render(inventory(args.trace), args.source or args.trace)
+    except (TraceError, KeyError, IndexError, TypeError) as exc:
+        sys.stderr.write(f"block_inventory: error: {exc}\n")
+        return 2
     if args.out:
         Path(args.out).write_text(text)
     else:
