@@ -60,7 +60,7 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         topology,
         kernels,
         params,
-        overlap_slowdown=kernels.overlap_slowdown,
+        overlap_slowdown=kernels.interference,
         calibration=calibration,
         gpu=gpu.name,
     )
@@ -105,5 +105,6 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         batch_tokens=config.training.batch_tokens,
         stages=plan.stages,
         model_overrides=model_overrides(config.model),
+        kernel_terms=kernels.describe(),
     )
     return Result(config=config, topology=topology, plan=plan, engine=result, report=report)

@@ -18,6 +18,14 @@ from simulator.report import Report
 from simulator.units import format_bytes, format_seconds
 
 PIPED_WIDTH = 160
+COMPUTE_LABELS = {
+    "gemm": "GEMM",
+    "attention": "attention",
+    "elementwise": "element-wise (norms, activations, residuals, copies)",
+    "optimizer": "optimizer step",
+    "launch_gaps": "launch gaps",
+    "interference": "interference (beside communication)",
+}
 
 
 def stdout_console() -> Console:
@@ -69,6 +77,17 @@ def render_report(report: Report, console: Console | None = None) -> None:
         f"{k}={v}" for k, v in report.parameters.items() if k not in ("strategy", "grid")
     )
     summary.add_row("parameters", escape(params))
+    kt = report.kernel_terms
+    if kt:
+        summary.add_row(
+            "kernel model",
+            escape(
+                f"GEMM {kt['gemm_peak_tflops']:.0f} TFLOP/s, HBM {kt['hbm_GBps']:.0f} GB/s, "
+                f"launch gap {kt['launch_gap_us']:.1f} us, interference x"
+                f"{kt['interference_compute']:.2f} / x{kt['interference_memory']:.2f}"
+                + (" (calibrated)" if kt.get("calibrated") else "")
+            ),
+        )
     c.print(Panel(summary, title=head, expand=False))
 
     time_table = Table(title=f"Where the time goes (rank {report.critical_rank})", show_lines=False)
@@ -79,7 +98,13 @@ def render_report(report: Report, console: Console | None = None) -> None:
         "compute", format_seconds(report.compute_time_s), _pct(report.compute_time_s, t)
     )
     for kind, v in sorted(report.compute_by_kind_s.items(), key=lambda kv: -kv[1]):
-        time_table.add_row(f"  {kind}", format_seconds(v), _pct(v, t))
+        time_table.add_row(f"  {COMPUTE_LABELS.get(kind, kind)}", format_seconds(v), _pct(v, t))
+    if report.host_bound_s > 0:
+        time_table.add_row(
+            "waiting for the host (launch-bound)",
+            format_seconds(report.host_bound_s),
+            _pct(report.host_bound_s, t),
+        )
     time_table.add_row(
         "exposed communication",
         format_seconds(report.exposed_comm_time_s),

@@ -15,6 +15,15 @@ for pipeline send/recv) so sweeps compare strategies on one key set;
 shard/replicate for FSDP, row/col for Optimus, x/y/z/data for AxoNN) and `group_axes`
 is the stable mapping from one to the other. A model whose shape differs from its preset
 is reported as `custom (<preset> with <field>=<value>, ...)`.
+
+`compute_by_kind_s` splits the compute of the critical rank into the kernels' own time by
+kind (gemm, attention, elementwise: norms, activations, residuals, copies; optimizer, ...)
+and the terms the step adds around them: `launch_gaps` (idle time between back-to-back
+kernels) and `interference` (kernels slowed by communication running beside them).
+`host_bound_s` is the time the GPU waited for the host to issue kernels (a launch-bound
+step: kernels shorter than their host issue cost).
+`kernel_terms` says what the kernel model priced with (GEMM peak and its source, HBM
+bandwidth, launch gap, interference factors).
 """
 
 from __future__ import annotations
@@ -92,6 +101,7 @@ class Report:
     comm_time_by_group_s: dict[str, float]
     comm_total_by_group_s: dict[str, float]
     compute_by_kind_s: dict[str, float]
+    host_bound_s: float
     model_flops_per_iteration: float
     pflops_total: float
     tflops_per_gpu: float
@@ -125,6 +135,7 @@ class Report:
     model_preset: str = ""
     model_overrides: dict[str, object] = field(default_factory=dict)
     model_custom: bool = False
+    kernel_terms: dict[str, object] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         """The `--json` object: every field, `memory_per_gpu_GB`, and the versions."""
@@ -221,6 +232,7 @@ def build_report(
     batch_tokens: int,
     stages: Sequence[StagePlan] = (),
     model_overrides: dict[str, object] | None = None,
+    kernel_terms: dict[str, object] | None = None,
 ) -> Report:
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
@@ -256,6 +268,7 @@ def build_report(
         comm_time_by_group_s=by_group,
         comm_total_by_group_s=total_by_group,
         compute_by_kind_s=bd.compute_by_kind_s,
+        host_bound_s=bd.host_bound_s,
         model_flops_per_iteration=model_flops,
         pflops_total=flops_rate / 1e15,
         tflops_per_gpu=per_gpu / 1e12,
@@ -289,4 +302,5 @@ def build_report(
         model_preset=model_name,
         model_overrides=overrides,
         model_custom=bool(overrides),
+        kernel_terms=dict(kernel_terms or {}),
     )
