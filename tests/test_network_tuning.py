@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.microbench import collective_sweep
+from simulator.benchmarks.collectives import collective_sweep
 from simulator.network.params import default_network_params, network_params_for
 from simulator.network.pricing import NCCL_TREE_RATIO, CollectivePricer
 from topologies.catalogue import _link_efficiency

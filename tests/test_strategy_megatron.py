@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.analysis import breakdown
+from simulator.outputs.analysis import breakdown
 from tests.strategy_helpers import SPEC, BlockOnlyKernels, collectives, hybrid, run
 from workloads.hybrid.params import FsdpPpParallel, MegatronParallel
 from workloads.hybrid.schedule import in_flight, interleaved, one_f_one_b

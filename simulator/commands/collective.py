@@ -6,10 +6,10 @@ import json
 
 import click
 
+from simulator.benchmarks.collectives import OPS, collective_sweep
 from simulator.commands.params import POSITIVE, FiniteFloat
-from simulator.microbench import OPS, collective_sweep
 from simulator.network.schedules import ALGORITHMS
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 from simulator.units import format_bytes, parse_size_sweep
 
 
@@ -120,7 +120,7 @@ def register(app: click.Group) -> None:
             return
         from rich.table import Table
 
-        from simulator.render import stdout_console
+        from simulator.outputs.render import stdout_console
 
         table = Table(
             title=f"{op} on {topo.name}: group {group}, "

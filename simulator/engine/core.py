@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import simpy
 
-from simulator.costmodel import CostModel
+from simulator.cost.model import CostModel
 from simulator.engine.compiled import (
     COLL,
     COMPUTE,
@@ -40,7 +40,7 @@ from simulator.engine.network import Activation, NetworkStats, build_network
 from simulator.engine.steady import SkipRun, barrier_ops, plan_skips
 from simulator.engine.timeline_build import rank_timeline
 from simulator.errors import EngineError
-from simulator.timeline import Timeline
+from simulator.outputs.timeline import Timeline
 from topologies.positions import node_position_classes
 from topologies.types import Topology
 from workloads.graph import OpGraph

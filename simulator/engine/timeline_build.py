@@ -7,7 +7,7 @@ from array import array
 import numpy as np
 
 from simulator.engine.compiled import PS_PER_S, CompiledProgram
-from simulator.timeline import RankTimeline
+from simulator.outputs.timeline import RankTimeline
 from workloads.ops import CollectiveOp, ComputeOp, RecvOp, SendOp
 
 

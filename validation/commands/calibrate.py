@@ -10,7 +10,7 @@ import click
 
 from simulator.commands.params import FiniteFloat
 from simulator.cost.calibration import Calibration
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 
 
 def _summary(cal: Calibration) -> dict[str, Any]:

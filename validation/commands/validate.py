@@ -11,7 +11,7 @@ import os
 
 import click
 
-from simulator.schema import SCHEMA_VERSION, axsim_version
+from simulator.outputs.versions import SCHEMA_VERSION, axsim_version
 from validation.commands.progress import item_bar
 from validation.validate import CaseResult
 
@@ -27,7 +27,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from simulator.render import stdout_console
+    from simulator.outputs.render import stdout_console
 
     table = Table(
         title="axsim validate: published vs simulated" + (" (reduced)" if reduced else "")

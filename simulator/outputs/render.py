@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from simulator.engine.core import ProgressFn
-from simulator.report import Report
+from simulator.outputs.report import Report
 from simulator.units import format_bytes, format_seconds
 
 PIPED_WIDTH = 160

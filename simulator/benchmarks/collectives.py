@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from simulator.cost.calibration import Calibration
-from simulator.costmodel import CostModel, RooflineKernels
+from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.errors import ConfigError
 from simulator.network.params import NetworkParams, network_params_for

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS
-from simulator.timeline import RankTimeline
+from simulator.outputs.timeline import RankTimeline
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
