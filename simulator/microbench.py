@@ -39,6 +39,7 @@ class CollectiveResult:
     algorithm: str
     group_size: int
     instances: int
+    protocol: str = "Simple"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -129,6 +130,15 @@ def _graph(
     return graph
 
 
+def member_table(
+    topology: Topology, group: int, stride: int, instances: str, per_node: int | None = None
+) -> np.ndarray:
+    """The group instances a sweep runs on (see `collective_sweep`)."""
+    if per_node is None:
+        return strided_instances(topology.num_gpus, group, stride, instances)
+    return per_node_instances(topology.num_gpus, topology.gpus_per_node, group, per_node, instances)
+
+
 def collective_sweep(
     topology: Topology,
     op: str,
@@ -141,28 +151,25 @@ def collective_sweep(
     instances: str = "all",
     calibration: Calibration | None = None,
     per_node: int | None = None,
+    protocol: str = "auto",
 ) -> list[CollectiveResult]:
     """Time one collective per size; one engine run per size, pricing caches shared.
 
-    `per_node` (instead of the stride) places each group as that many GPUs per node."""
+    `per_node` (instead of the stride) places each group as that many GPUs per node;
+    `protocol` forces NCCL's protocol (LL, LL128, Simple) instead of the tuner's choice."""
     try:
         kind = CollectiveKind(op)
     except ValueError:
         raise ConfigError(f"--op '{op}' unknown (use one of {', '.join(OPS)})") from None
     if instances not in ("all", "one"):
         raise ConfigError(f"--instances must be 'all' or 'one', got '{instances}'")
-    members = (
-        strided_instances(topology.num_gpus, group, stride, instances)
-        if per_node is None
-        else per_node_instances(
-            topology.num_gpus, topology.gpus_per_node, group, per_node, instances
-        )
-    )
+    members = member_table(topology, group, stride, instances, per_node)
     pricer = CollectivePricer(
         topology,
         params if params is not None else network_params_for(topology),
         algorithm,
         calibration=calibration,
+        protocol=protocol,
     )
     cost = CostModel(RooflineKernels(1e15), pricer, network)
     world = topology.num_gpus
@@ -180,6 +187,11 @@ def collective_sweep(
             key=("probe", kind, size),
         )
         algbw = size / t / 1e9 if t > 0 else float("inf")
+        proto = (
+            pricer.plan(chosen[0], kind, float(size), shared=network == "contention").protocol
+            if chosen
+            else "-"
+        )
         out.append(
             CollectiveResult(
                 bytes=size,
@@ -189,6 +201,7 @@ def collective_sweep(
                 algorithm=chosen[0].algorithm if chosen else "none",
                 group_size=group,
                 instances=int(members.shape[0]),
+                protocol=proto,
             )
         )
     return out
