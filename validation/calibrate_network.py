@@ -38,7 +38,6 @@ from simulator.microbench import per_node_instances
 from simulator.network.params import NetworkParams, network_params_for
 from simulator.network.pricing import CollectivePricer
 from simulator.network.protocols import (
-    US,
     CollectiveModel,
     CollectiveModelSpec,
     ProtocolTerms,
@@ -346,4 +345,4 @@ def fit_machine(
     return gpu, result.spec(source, notes)
 
 
-__all__ = ["NetworkFit", "FitResult", "fit_machine", "layout_terms", "levenberg_marquardt", "US"]
+__all__ = ["FitResult", "NetworkFit", "fit_machine", "layout_terms", "levenberg_marquardt"]

@@ -82,7 +82,7 @@ def is_pccl_csv(path: Path) -> bool:
             header = set(fh.readline().strip().split(","))
     except (OSError, UnicodeDecodeError):
         return False
-    return PCCL_COLUMNS <= header
+    return header >= PCCL_COLUMNS
 
 
 def is_nccl_tests(path: Path) -> bool:
