@@ -28,14 +28,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from simulator.errors import CostModelError
 from simulator.microbench import per_node_instances
-from simulator.network.params import NetworkParams, network_params_for
+from simulator.network.params import (
+    NetworkParams,
+    default_network_params,
+    intra_row_of,
+    network_params_for,
+)
 from simulator.network.pricing import CollectivePricer
 from simulator.network.protocols import (
     CollectiveModel,
@@ -45,6 +50,7 @@ from simulator.network.protocols import (
 )
 from simulator.network.schedules import candidate_algorithms
 from topologies.catalogue import machine_preset
+from topologies.hardware import gpu_catalogue
 from topologies.machines import build_machine
 from topologies.types import LINK_KINDS
 from validation.calibrate_comm import CalibrationError
@@ -97,16 +103,35 @@ def layout_terms(machine: str, kind: CollectiveKind, ranks: int, nodes: int) -> 
             continue
         phases = []
         for ph in bundle.phases:
-            per_link = raw[ph.links] / ph.counts
+            used = ph.counts > 0  # adaptive mixtures may leave some listed links unused
+            per_link = raw[ph.links[used]] / ph.counts[used]
+            link_kinds = kinds[ph.links[used]]
             by_kind: dict[str, float] = {}
-            for code in np.unique(kinds[ph.links]).tolist():
-                sel = kinds[ph.links] == code
+            for code in np.unique(link_kinds).tolist():
+                sel = link_kinds == code
                 by_kind[LINK_KINDS[code].value] = float(per_link[sel].min())
             phases.append(
                 PhaseTerms(ph.bytes_factor, ph.steps, ph.inter_steps, ph.near_s, ph.far_s, by_kind)
             )
         out.append(LayoutTerms(algo, bundle.tier == "inter_node", tuple(phases)))
     return out
+
+
+def prior_params(machine: str) -> NetworkParams:
+    """Where a fit starts and what it cannot inform keeps: the GPU vendor's library table
+    and the default link efficiencies, with only the preset's enabled protocols (a
+    property of the library build, not a fit) taken from the machine; never the preset's
+    fitted terms, so re-fitting does not depend on the last fit."""
+    topo = build_machine(machine, 1)
+    vendor = gpu_catalogue()[topo.gpu_type].vendor
+    base = default_network_params(
+        vendor if vendor in ("nvidia", "amd", "cpu") else "nvidia", intra_row_of(topo)
+    )
+    enabled = network_params_for(topo).collectives
+    model = replace(
+        base.collectives, enabled_intra=enabled.enabled_intra, enabled_inter=enabled.enabled_inter
+    )
+    return replace(base, collectives=model)
 
 
 @dataclass
@@ -150,7 +175,7 @@ class NetworkFit:
         if not samples:
             raise CalibrationError(f"{machine}: no samples to fit")
         self.machine = machine
-        self.prior = network_params_for(build_machine(machine, 1))
+        self.prior = prior_params(machine)
         self.samples = list(samples)
         groups: dict[tuple[CollectiveKind, int, int], list[int]] = defaultdict(list)
         for i, s in enumerate(self.samples):

@@ -86,12 +86,12 @@ def is_pccl_csv(path: Path) -> bool:
 
 
 def is_nccl_tests(path: Path) -> bool:
-    """A nccl-tests / rccl-tests log: its table header names out-of-place and busbw."""
+    """A nccl-tests / rccl-tests log: a text whose table header names busbw."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return False
-    return "busbw" in text and ("out-of-place" in text or "_perf" in text)
+    return "busbw" in text
 
 
 def read_pccl_csv(path: Path, libraries: Sequence[str] = ("nccl",)) -> list[CollectiveSample]:
@@ -162,6 +162,8 @@ def read_nccl_tests(
             rows.append((size, t))
             if ratio is not None:
                 ratios.append(ratio)
+    if not rows:
+        raise CalibrationError(f"{path}: no data rows")
     if found_kind is None:
         found_kind = next((k for name, k in _NAMES.items() if path.name.startswith(name)), None)
     if found_kind is None:
@@ -176,8 +178,6 @@ def read_nccl_tests(
         )
     if p % nn:
         raise CalibrationError(f"{path}: {p} ranks do not spread evenly over {nn} nodes")
-    if not rows:
-        raise CalibrationError(f"{path}: no data rows")
     return [
         CollectiveSample(machine, found_kind, p, nn, float(size), t, str(path))
         for size, t in rows

@@ -95,7 +95,7 @@ def network_params_for(topology: Topology) -> NetworkParams:
     per-kind efficiencies and collective terms applied (machines.yaml, carried in the
     topology's metadata)."""
     vendor = _vendor(topology.gpu_type)
-    base = default_network_params(vendor, intra_row=_intra_row(topology))
+    base = default_network_params(vendor, intra_row=intra_row_of(topology))
     measured = cast("dict[str, float]", topology.metadata.get("link_efficiency") or {})
     if measured:
         base = base.with_efficiency(**measured)
@@ -115,8 +115,9 @@ def _vendor(gpu_type: str) -> str:
     return vendor if vendor in _defaults_raw()["libraries"] else "nvidia"
 
 
-def _intra_row(topology: Topology) -> str:
-    """'nvlink' if GPUs of a node talk over NVLink-class links, else 'pci'."""
+def intra_row_of(topology: Topology) -> str:
+    """The library table's row for node-local steps: 'nvlink' if GPUs of a node talk over
+    NVLink-class links (NVLink, Infinity Fabric, C2C), else 'pci'."""
     codes = {link_kind_code(k) for k in FAST_INTRA_KINDS}
     return "nvlink" if bool(np.isin(topology.links.kind, list(codes)).any()) else "pci"
 

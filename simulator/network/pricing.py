@@ -22,7 +22,8 @@ import numpy as np
 
 from simulator.cost.calibration import Calibration
 from simulator.errors import CostModelError
-from simulator.network.maxmin import max_min_rates
+from simulator.network.adaptive import SplitUsage, best_split
+from simulator.network.adaptive import solve as solve_shares
 from simulator.network.params import NetworkParams
 from simulator.network.schedules import (
     ALGORITHMS,
@@ -47,7 +48,8 @@ NCCL_TREE_RATIO = 0.92 * 0.5
 class BoundPhase:
     """One phase of a bundle on the topology.
 
-    Its latency depends on the protocol the tuner picks (`CollectivePricer.phase_latency`):
+    Its latency depends on the protocol the tuner picks (`CollectivePricer.phase_latency`),
+    taken on minimal routes (adaptive routing sends unloaded traffic minimally):
     `inter_steps` of its `steps` cross nodes and pay the route's worst inter-node latency
     plus the protocol's network step latency, the others the worst node-local route
     latency plus the protocol's node-local step latency.
@@ -63,6 +65,10 @@ class BoundPhase:
     inter_steps: int = 0  # of `steps`, those that cross nodes
     near_s: float = 0.0  # worst route latency of a node-local flow
     far_s: float = 0.0  # worst route latency of any flow (node-local or not)
+    # adaptive routing: the usage with every flow minimal / Valiant (over `links`), and
+    # the minimal share the phase takes alone (`counts` is that mixture); None otherwise
+    split: SplitUsage | None = None
+    split_x: float = 1.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,6 +130,12 @@ class CollectivePricer:
         # topology builders store these metadata entries as ints (see topologies/machines.py)
         self.package_size = int(cast("int | None", topology.metadata.get("package_size", 1)) or 1)
         self.homogeneous = bool(topology.metadata.get("homogeneous_nodes", True))
+        fabric = cast("dict[str, object]", topology.metadata.get("fabric") or {})
+        # dragonfly adaptive routing: flow bundles split minimal / Valiant by load
+        self.adaptive = (
+            topology.metadata.get("routing") == "adaptive" and fabric.get("kind") == "dragonfly"
+        )
+        self._minimal = "ecmp" if self.adaptive else None
         self._gpu_at: dict[tuple[int, int], int] = {
             (int(nd), int(lc)): g
             for g, (nd, lc) in enumerate(zip(self.gpu_node, self.gpu_local, strict=True))
@@ -336,11 +348,11 @@ class CollectivePricer:
         return links, weights, rates, lats
 
     def _routed_parts(
-        self, src: np.ndarray, dst: np.ndarray
+        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Links/weights of arbitrary flows from the topology's router, with per-flow rate and
         latency computed in numpy over the flattened paths."""
-        batch = self.topology.routes_batch(src, dst)
+        batch = self.topology.routes_batch(src, dst, policy)
         links, plen, pw = batch.links, batch.path_len, batch.path_weight
         starts = np.concatenate([[0], np.cumsum(plen)[:-1]])
         bott = np.minimum.reduceat(self.bandwidth_Bps[links], starts) / pw
@@ -351,7 +363,7 @@ class CollectivePricer:
         return links, np.repeat(pw, plen), rates, lats
 
     def _flow_links(
-        self, src: np.ndarray, dst: np.ndarray
+        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None
     ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
         """All links (with route weights) of a set of flows, their slowest rate, the worst
         path latency of node-local and of inter-node flows, and whether any flow leaves
@@ -384,13 +396,13 @@ class CollectivePricer:
                         links += lk
                         weights += wt
                     else:
-                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop])
+                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop], policy)
                         links.append(lk1)
                         weights.append(wt1)
                     rate = min(rate, float(rt.min()))
                     first_lat[hop] = lt
                     a = np.where(hop, relay, a)
-            lk2, wt2, rt2, lt2 = self._routed_parts(a, b)
+            lk2, wt2, rt2, lt2 = self._routed_parts(a, b, policy)
             links.append(lk2)
             weights.append(wt2)
             rate = min(rate, float(rt2.min()))
@@ -404,18 +416,22 @@ class CollectivePricer:
         return np.concatenate(links), np.concatenate(weights), rate, (lat, far_lat), inter
 
     def _shared_flow_links(
-        self, src: np.ndarray, dst: np.ndarray, share: np.ndarray | None
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        share: np.ndarray | None,
+        policy: str | None = None,
     ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
         """`_flow_links` of flows that each carry `share` of the phase's per-flow bytes:
         their route weights scale by it and their rate (bytes over time) divides by it."""
         if share is None:
-            return self._flow_links(src, dst)
+            return self._flow_links(src, dst, policy)
         links: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         rate, near, far, inter = float("inf"), 0.0, 0.0, False
         for value in np.unique(share).tolist():
             sel = share == value
-            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel])
+            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel], policy)
             links.append(lk)
             weights.append(wt * value)
             rate, near, far, inter = min(rate, rt / value), max(near, ln), max(far, lf), inter or it
@@ -423,7 +439,11 @@ class CollectivePricer:
 
     # --------------------------------------------------------------- binding
     def _link_loads(
-        self, src: np.ndarray, dst: np.ndarray, share: np.ndarray | None
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        share: np.ndarray | None,
+        policy: str | None = None,
     ) -> tuple[np.ndarray, float, tuple[float, float], bool]:
         """Flow multiplicity per link (dense over all links) of a phase's flows, with
         their slowest rate, worst (node-local, inter-node) latencies and whether any
@@ -433,11 +453,35 @@ class CollectivePricer:
         for lo in range(0, max(src.shape[0], 1), BIND_CHUNK_FLOWS):
             hi = lo + BIND_CHUNK_FLOWS
             part = None if share is None else share[lo:hi]
-            links, w, rt, (ln, lf), it = self._shared_flow_links(src[lo:hi], dst[lo:hi], part)
+            links, w, rt, (ln, lf), it = self._shared_flow_links(
+                src[lo:hi], dst[lo:hi], part, policy
+            )
             if links.size:
                 dense += np.bincount(links, weights=w, minlength=self.num_links)
             rate, near, far, inter = min(rate, rt), max(near, ln), max(far, lf), inter or it
         return dense, rate, (near, far), inter
+
+    def _usage(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        share: np.ndarray | None,
+        dense: np.ndarray,
+        inter: bool,
+    ) -> tuple[np.ndarray, np.ndarray, SplitUsage | None, float]:
+        """(links, flow multiplicity per link, adaptive split, minimal share alone) of a
+        phase whose minimal-route usage is `dense`: under adaptive routing a phase that
+        crosses the fabric also gets its all-Valiant usage and the split it takes alone
+        (O(flows + links): no sort of millions of entries)."""
+        if self.adaptive and inter:
+            valiant, _, _, _ = self._link_loads(src, dst, share, "valiant")
+            if not np.array_equal(dense, valiant):
+                uniq = np.flatnonzero(dense + valiant)
+                split = SplitUsage(dense[uniq], valiant[uniq])
+                x = best_split(split, self.bandwidth_Bps[uniq])
+                return uniq, split.mixture(x), split, x
+        uniq = np.flatnonzero(dense)
+        return uniq, dense[uniq], None, 1.0
 
     def _bind(self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray) -> Bundle:
         phases: list[BoundPhase] = []
@@ -445,16 +489,17 @@ class CollectivePricer:
             src = instances[np.ix_(rows, ph.src)].ravel()
             dst = instances[np.ix_(rows, ph.dst)].ravel()
             share = None if ph.share is None else np.tile(ph.share, len(rows))
-            dense, rate, (near, far), inter = self._link_loads(src, dst, share)
-            uniq = np.flatnonzero(dense)  # O(flows + links): no sort of millions of entries
-            counts = dense[uniq]
+            dense, rate, (near, far), inter = self._link_loads(src, dst, share, self._minimal)
+            uniq, counts, split, split_x = self._usage(src, dst, share, dense, inter)
             if not inter:
                 crossing = 0
             elif ph.inter_steps is None:
                 crossing = ph.steps
             else:  # NCCL's latency model: only the node-crossing steps pay the network's
                 crossing = min(ph.inter_steps, ph.steps)
-            shared = float((self.bandwidth_Bps[uniq] / counts).min()) if uniq.size else np.inf
+            used = counts > 0
+            bw = self.bandwidth_Bps[uniq]
+            shared = float((bw[used] / counts[used]).min()) if used.any() else np.inf
             phases.append(
                 BoundPhase(
                     links=uniq,
@@ -467,6 +512,8 @@ class CollectivePricer:
                     inter_steps=crossing,
                     near_s=near,
                     far_s=max(near, far),
+                    split=split,
+                    split_x=split_x,
                 )
             )
         tier = "inter_node" if any(ph.steps and ph.inter for ph in phases) else "intra_node"
@@ -607,12 +654,7 @@ class CollectivePricer:
                 out[j].append(bundles[j].phases[i].shared_rate_Bps)
                 continue
             phases = [bundles[j].phases[i] for j in live]
-            cf = np.concatenate(
-                [np.full(ph.links.size, c, dtype=np.int64) for c, ph in enumerate(phases)]
-            )
-            links = np.concatenate([ph.links for ph in phases])
-            counts = np.concatenate([ph.counts for ph in phases])
-            rates = max_min_rates(cf, links, counts, self.bandwidth_Bps, len(phases))
+            rates = solve_shares(phases, self.bandwidth_Bps)
             for j, r in zip(live, rates.tolist(), strict=True):
                 out[j].append(r)
         result = [tuple(r) for r in out]
