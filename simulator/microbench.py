@@ -152,11 +152,14 @@ def collective_sweep(
     calibration: Calibration | None = None,
     per_node: int | None = None,
     protocol: str = "auto",
+    pricer: CollectivePricer | None = None,
 ) -> list[CollectiveResult]:
     """Time one collective per size; one engine run per size, pricing caches shared.
 
     `per_node` (instead of the stride) places each group as that many GPUs per node;
-    `protocol` forces NCCL's protocol (LL, LL128, Simple) instead of the tuner's choice."""
+    `protocol` forces NCCL's protocol (LL, LL128, Simple) instead of the tuner's choice.
+    A given `pricer` (of this topology) is used instead of a new one, so sweeps of several
+    algorithms share its bindings; `algorithm` then goes on each collective op."""
     try:
         kind = CollectiveKind(op)
     except ValueError:
@@ -164,27 +167,33 @@ def collective_sweep(
     if instances not in ("all", "one"):
         raise ConfigError(f"--instances must be 'all' or 'one', got '{instances}'")
     members = member_table(topology, group, stride, instances, per_node)
-    pricer = CollectivePricer(
-        topology,
-        params if params is not None else network_params_for(topology),
-        algorithm,
-        calibration=calibration,
-        protocol=protocol,
-    )
+    op_algorithm = None
+    if pricer is None:
+        pricer = CollectivePricer(
+            topology,
+            params if params is not None else network_params_for(topology),
+            algorithm,
+            calibration=calibration,
+            protocol=protocol,
+        )
+    elif algorithm != "auto":
+        op_algorithm = algorithm
     cost = CostModel(RooflineKernels(1e15), pricer, network)
     world = topology.num_gpus
     out = []
     for size in sizes:
         if size <= 0:
             raise ConfigError(f"--bytes must be positive, got {size}")
-        graph = _graph(kind, members, float(size), None, world)
+        graph = _graph(kind, members, float(size), op_algorithm, world)
         res = Engine(graph, topology, cost, mode="symmetric", steady_state=False).run()
         t = res.iteration_time_s
         chosen = pricer.bundles(
             kind,
             members if kind is not CollectiveKind.SEND_RECV else members[:, :2],
             float(size),
-            key=("probe", kind, size),
+            algorithm=op_algorithm,
+            # a collective reuses the engine's key (its choice and bindings are cached)
+            key=("probe", kind, size) if kind is CollectiveKind.SEND_RECV else ("g", "all"),
         )
         algbw = size / t / 1e9 if t > 0 else float("inf")
         proto = (
