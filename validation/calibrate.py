@@ -79,6 +79,7 @@ from validation.collective_logs import (
     is_pccl_csv,
     read_nccl_tests,
     read_pccl_csv,
+    read_vidur_samples,
 )
 from validation.measured import MeasuredRun, iteration_time_s, load_run
 from validation.simulate_run import simulate_torch4d
@@ -249,7 +250,9 @@ class LogOptions:
 def _log_samples(
     inputs: CalibrationInputs, opts: LogOptions, refs: list[TraceRef]
 ) -> tuple[list[CollectiveSample], list[CollectiveSample]]:
-    """(PCCL samples, nccl-tests samples) of the inputs, with their file references."""
+    """(samples for the network fit only: PCCL rows, and with --machine Vidur's, whose
+    tables come from their own reader; nccl-tests samples, fitted and tabulated), with
+    the PCCL and nccl-tests file references."""
     pccl: list[CollectiveSample] = []
     tests: list[CollectiveSample] = []
     for path in inputs.pccl:
@@ -260,6 +263,9 @@ def _log_samples(
                 raise CalibrationError(f"{path}: no rows of machine {opts.machine}")
         pccl += found
         refs.append(TraceRef(path=str(path), sha256=_sha256(path), samples=len(found)))
+    if opts.machine is not None:  # Vidur's benchmarks also feed the machine's network fit
+        for path in inputs.benchmarks:
+            pccl += read_vidur_samples(path, opts.machine)
     for path in inputs.nccl_tests:
         if opts.machine is None:
             raise CalibrationError(f"{path}: a nccl-tests log needs --machine (a preset)")

@@ -164,7 +164,9 @@ class Parameters:
     def values(self, x: np.ndarray) -> dict[str, float]:
         out = {}
         for name, kind, v in zip(self.names, self.kinds, x.tolist(), strict=True):
-            out[name] = math.exp(v) if kind == "log" else 1.0 / (1.0 + math.exp(-v))
+            # clipped exp and a tanh logistic: no overflow on a runaway direction
+            logistic = min(max(0.5 * (1 + math.tanh(v / 2)), 1e-9), 1.0)
+            out[name] = math.exp(min(v, 50.0)) if kind == "log" else logistic
         return out
 
 

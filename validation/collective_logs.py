@@ -129,6 +129,36 @@ def read_pccl_csv(path: Path, libraries: Sequence[str] = ("nccl",)) -> list[Coll
     return out
 
 
+def read_vidur_samples(path: Path, machine: str) -> list[CollectiveSample]:
+    """Samples of a Vidur collective CSV on `machine`: per (workers, devices per node,
+    size) the minimum over ranks of their medians (see calibrate_comm.read_vidur_csv)."""
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise CalibrationError(f"{path}: cannot read the CSV ({exc})") from None
+    best: dict[tuple[str, int, int, int], float] = {}
+    for i, row in enumerate(rows, start=2):
+        try:
+            name = row["collective"]
+            workers, per_node = int(row["num_workers"]), int(row["devices_per_node"])
+            size, ms = int(row["size"]), float(row[f"time_stats.{name}.median"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"{path}: line {i}: missing or bad field ({exc})") from None
+        if size <= 0 or not ms > 0 or per_node < 1 or workers % min(per_node, workers):
+            raise CalibrationError(f"{path}: line {i}: bad size, time or layout")
+        key = (name, workers, per_node, size)
+        best[key] = min(best.get(key, math.inf), ms * 1e-3)
+    out = []
+    for (name, workers, per_node, size), t in sorted(best.items()):
+        kind = _NAMES.get(name)
+        if kind is None:
+            raise CalibrationError(f"{path}: unknown collective '{name}'")
+        nodes = max(workers // per_node, 1)
+        out.append(CollectiveSample(machine, kind, workers, nodes, float(size), t, str(path)))
+    return out
+
+
 def read_nccl_tests(
     path: Path,
     machine: str,

@@ -52,10 +52,12 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
         c = r.case
         err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
         tol = "info" if c.tolerance_pct is None else f"±{c.tolerance_pct:g}%"
+        if c.bound:
+            tol = f"<= {c.published:g}{c.unit}"
         table.add_row(
             c.name,
             escape(c.quantity),
-            f"{_num(c.published)} {c.unit}",
+            f"{'<= ' if c.bound else ''}{_num(c.published)} {c.unit}",
             f"{_num(r.simulated)} {c.unit}",
             err,
             tol,
