@@ -24,12 +24,13 @@ GiB = 1 << 30
 
 def test_presets_apply_their_measured_efficiencies() -> None:
     """Frontier and Perlmutter carry the link efficiencies and protocol terms `axsim
-    calibrate` fitted on the PCCL measurements (machines.yaml); other presets the
-    vendor library's table and the documented defaults."""
+    calibrate` fitted on the PCCL measurements, DGX H100 those fitted on Vidur's
+    (machines.yaml); other presets the vendor library's table and the documented
+    defaults."""
     from topologies.catalogue import machine_preset
 
     default = default_network_params()
-    for machine in ("frontier", "perlmutter"):
+    for machine in ("frontier", "perlmutter", "dgx-h100"):
         params = network_params_for(build_machine(machine, 2))
         block = machine_preset(machine).collectives
         for kind, value in block["link_efficiency"].items():
@@ -38,13 +39,18 @@ def test_presets_apply_their_measured_efficiencies() -> None:
             t = params.collectives.term(proto)
             assert t.inter_step_s == pytest.approx(terms["inter_node_step_us"] * 1e-6)
             assert t.bandwidth_factor == terms["bandwidth_factor"]
-        assert params.collective_overhead_s == pytest.approx(block["launch_overhead_us"] * 1e-6)
+        if "launch_overhead_us" in block:
+            assert params.collective_overhead_s == pytest.approx(block["launch_overhead_us"] * 1e-6)
+        if "inter_node_base_us" in block:
+            assert params.collectives.inter_node_base_s == pytest.approx(
+                block["inter_node_base_us"] * 1e-6
+            )
     frontier = network_params_for(build_machine("frontier", 2))
     assert frontier.collectives.enabled_inter == ("LL", "Simple")  # RCCL: no LL128
     a100 = network_params_for(build_machine("dgx-a100", 1))
     assert a100.efficiency_of("nvlink") == 0.67
-    h100 = network_params_for(build_machine("dgx-h100", 2))
-    assert h100 == default  # no measured override: NCCL's table and the defaults
+    h200 = network_params_for(build_machine("dgx-h200", 2))
+    assert h200 == default  # no measured override: NCCL's table and the defaults
 
 
 @pytest.mark.parametrize(

@@ -54,9 +54,9 @@ def test_small_messages_take_ll_and_large_ones_simple() -> None:
 
 @pytest.mark.parametrize("proto", ["LL", "Simple"])
 def test_forced_protocol_follows_its_closed_form(proto: str) -> None:
-    """A ring all-gather over 4 Perlmutter nodes with one protocol: launch + base +
-    (P - N) node-local steps + (N - 1) network steps (route latency + protocol step) +
-    bytes / (ring rate x bandwidth factor)."""
+    """A ring all-gather over 4 Perlmutter nodes with one protocol: launch + the network's
+    base + the protocol's base + (P - N) node-local steps + (N - 1) network steps (route
+    latency + protocol step) + bytes / (ring rate x bandwidth factor)."""
     topo = build_machine("perlmutter", 4)
     params = network_params_for(topo)
     t = params.collectives.term(proto)
@@ -66,6 +66,7 @@ def test_forced_protocol_follows_its_closed_form(proto: str) -> None:
     size = 64.0 * MiB
     expected = (
         params.collective_overhead_s
+        + params.collectives.inter_node_base_s
         + t.base_latency_s
         + 12 * (ph.near_s + t.intra_step_s)
         + 3 * (ph.far_s + t.inter_step_s)

@@ -3,14 +3,16 @@
 The model is the one the simulator prices an isolated collective with (NCCL's tuning
 model, simulator/network/protocols.py), written per sample as
 
-    t = launch + min over (algorithm, protocol p) of
+    t = launch [+ inter-node base] + min over (algorithm, protocol p) of
         base_p + sum over phases [k (far + b_p) + (steps - k) (near + a_p)]
                + sum over phases bytes_factor x S / (rate(eff) x eta_p)
 
 where the phases, their step counts (k of them crossing nodes), route latencies and the
 per-link-kind rate limits come from binding the algorithm on the machine's topology
 (`LayoutTerms`), rate(eff) = min over link kinds of eff_kind x (raw rate limit of that
-kind), and the free parameters are: the launch overhead; per enabled protocol the step
+kind), and the free parameters are: the launch overhead (only with single-node samples:
+multi-node ones cannot tell it from) the base every node-crossing collective pays (only
+with samples at two node counts or more); per enabled protocol the step
 latency inside a node a_p (only with single-node samples) and across nodes b_p (only with
 multi-node samples) and, for protocols other than Simple, the bandwidth factor eta_p; and
 the efficiency of each link kind that limits some sample (the NICs across nodes, the GPU
@@ -198,7 +200,11 @@ class NetworkFit:
         intra = any(not t.inter for g in self.groups for t in g.terms[:1])
         inter = any(t.inter for g in self.groups for t in g.terms[:1])
         p = Parameters()
-        p.add("launch", max(model.launch_overhead_s, 1e-6), "log")
+        if intra:  # single-node samples tell the launch; multi-node ones only launch + base
+            p.add("launch", max(model.launch_overhead_s, 1e-6), "log")
+        if len({s.nodes for s in self.samples if s.nodes > 1}) >= 2:
+            # one multi-node count cannot tell a per-collective base from per-step terms
+            p.add("inter_base", max(model.inter_node_base_s, 1e-6), "log")
         protocols = set(model.enabled_inter if inter else ()) | set(
             model.enabled_intra if intra else ()
         )
@@ -238,7 +244,8 @@ class NetworkFit:
                 values.get(f"{name}.factor", t.bandwidth_factor),
             )
         model = CollectiveModel(
-            launch_overhead_s=values["launch"],
+            launch_overhead_s=values.get("launch", prior.launch_overhead_s),
+            inter_node_base_s=values.get("inter_base", prior.inter_node_base_s),
             terms=terms,
             enabled_intra=prior.enabled_intra,
             enabled_inter=prior.enabled_inter,
@@ -256,6 +263,8 @@ class NetworkFit:
                 for proto in model.protocols(t.inter):
                     pt = model.term(proto)
                     lat = model.launch_overhead_s + pt.base_latency_s
+                    if t.inter:
+                        lat += model.inter_node_base_s
                     per_byte = 0.0
                     for ph in t.phases:
                         lat += ph.crossing * (ph.far_s + pt.inter_step_s)

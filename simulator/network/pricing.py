@@ -713,8 +713,9 @@ class CollectivePricer:
     ) -> PhasePlan:
         """Latencies and per-flow wire bytes of a bundle for `nbytes`, and its protocol.
 
-        Without calibration: the protocol NCCL's tuner would pick (the smallest launch +
-        base latency + step latencies + bytes / (rate x bandwidth factor) among the ones
+        Without calibration: the protocol NCCL's tuner would pick (the smallest launch (+
+        the network's base for a bundle crossing nodes) + base latency + step latencies +
+        bytes / (rate x bandwidth factor) among the ones
         enabled on the bundle's tier), its latencies, and each phase's bytes inflated by
         the protocol's bandwidth factor. With a calibrated table for (GPU, tier, kind,
         group size), the bundle's isolated time equals the table (a size-1 group, which
@@ -737,6 +738,8 @@ class CollectivePricer:
         launch = self.params.collectives.launch_overhead_s
         if not phases:
             return PhasePlan(launch, (), ())
+        if bundle.tier == "inter_node":
+            launch += self.params.collectives.inter_node_base_s
         best: PhasePlan | None = None
         best_t = np.inf
         for proto in self.protocols_for(bundle):

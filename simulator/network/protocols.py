@@ -11,7 +11,9 @@ as
 and runs the cheapest. `CollectiveModel` holds exactly those terms for one machine:
 
 - `launch_overhead_s`: once per collective, whatever the protocol (kernel launch and
-  the framework's enqueue; torch.distributed in the PCCL measurements);
+  the framework's enqueue); `inter_node_base_s` once more per collective that crosses
+  nodes (the network proxy's per-operation work: posting, connection progress), which
+  measurements of multi-node collectives alone cannot tell from the launch;
 - per protocol: `base_latency_s` (NCCL's baseLat), the latency of one algorithm step that
   stays inside a node and of one that crosses nodes (NCCL's hwLat rows; only a ring's
   node-crossing steps pay the network's, see schedules.Phase.inter_steps), and
@@ -57,6 +59,7 @@ class CollectiveModel:
     """Per-protocol latency and bandwidth terms of one machine's collective library."""
 
     launch_overhead_s: float = 0.0
+    inter_node_base_s: float = 0.0
     terms: Mapping[str, ProtocolTerms] = field(
         default_factory=lambda: {"Simple": ProtocolTerms(0.0, 0.0, 0.0, 1.0)}
     )
@@ -89,6 +92,8 @@ class CollectiveModel:
         out = replace(self, terms=terms)
         if spec.launch_overhead_us is not None:
             out = replace(out, launch_overhead_s=spec.launch_overhead_us * US)
+        if spec.inter_node_base_us is not None:
+            out = replace(out, inter_node_base_s=spec.inter_node_base_us * US)
         if "intra_node" in spec.enabled:
             out = replace(out, enabled_intra=tuple(spec.enabled["intra_node"]))
         if "inter_node" in spec.enabled:
@@ -123,6 +128,7 @@ class CollectiveModelSpec(UserModel):
 
     source: str = ""
     launch_overhead_us: float | None = Field(default=None, ge=0, le=1e6)
+    inter_node_base_us: float | None = Field(default=None, ge=0, le=1e6)
     protocols: dict[Protocol, ProtocolSpec] = Field(default_factory=dict)
     enabled: dict[Tier, tuple[Protocol, ...]] = Field(default_factory=dict)
     link_efficiency: dict[str, float] = Field(default_factory=dict)
@@ -140,6 +146,7 @@ def spec_from_model(
         dict(
             source=model.source,
             launch_overhead_us=round(model.launch_overhead_s / US, 4),
+            inter_node_base_us=round(model.inter_node_base_s / US, 4),
             protocols={
                 name: ProtocolSpec(
                     base_latency_us=round(t.base_latency_s / US, 4),
