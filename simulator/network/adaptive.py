@@ -13,17 +13,19 @@ minimally: usage(x) = x minimal + (1 - x) Valiant.
   min over links of capacity / usage(x); the minimum of those ratios is a quasi-concave
   function of x, so a ternary search finds it (x = 0 and x = 1 are candidates, so the
   result is never slower than either pure policy).
-- Among others (`solve`), each adaptive bundle answers the load the others put on its
-  links at their max-min rates (best response on the residual capacities), for two
-  rounds, and the max-min allocation is recomputed; of that allocation, all-minimal and
-  all-Valiant, the one whose slowest adaptive bundle is fastest is kept.
+- Among others (`solve`), each family of adaptive bundles (the same phase of the same
+  collective, all its layout classes, one bundle per class in the symmetric mode or one
+  per instance in the full mode) answers the load the others put on its links at their max-min rates
+  (best response on the residual capacities), for two rounds, and the max-min
+  allocation is recomputed, a family advancing as one coflow; of that allocation,
+  all-minimal and all-Valiant, the one whose slowest adaptive bundle is fastest is kept.
 
 All of it is numpy over the links a bundle uses; nothing loops over flows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -60,6 +62,8 @@ class AdaptivePhase(Protocol):
     def split(self) -> SplitUsage | None: ...
     @property
     def split_x(self) -> float: ...
+    @property
+    def family(self) -> Hashable: ...
 
 
 def best_split(usage: SplitUsage, capacity: np.ndarray) -> float:
@@ -96,45 +100,80 @@ def _max_min(
     return max_min_rates(cf, links, counts, capacity, len(phases))
 
 
+def _family_usage(
+    phases: Sequence[AdaptivePhase], members: list[int]
+) -> tuple[np.ndarray, SplitUsage]:
+    """The union of a family's links and its summed minimal / Valiant usages."""
+    links = np.concatenate([phases[i].links for i in members])
+    uniq, inverse = np.unique(links, return_inverse=True)
+    minimal = np.zeros(uniq.shape[0])
+    valiant = np.zeros(uniq.shape[0])
+    at = 0
+    for i in members:
+        split = phases[i].split
+        assert split is not None
+        n = phases[i].links.size
+        np.add.at(minimal, inverse[at : at + n], split.minimal)
+        np.add.at(valiant, inverse[at : at + n], split.valiant)
+        at += n
+    return uniq, SplitUsage(minimal, valiant)
+
+
 def solve(phases: Sequence[AdaptivePhase], capacity: np.ndarray) -> np.ndarray:
     """Max-min per-flow rates of concurrent bundle phases, adaptive ones choosing their
-    minimal share by load (see module doc)."""
+    minimal share by load (see module doc). The choice is made per family (the same
+    phase of the same collective, over all its layout classes) and a family advances at
+    one rate, as one coflow, so it is the same whether instances arrive as one bundle per
+    layout class (symmetric mode) or one per instance (full mode): load-aware routing
+    could otherwise give the classes on different rails different rates, which lockstep
+    rank classes cannot follow."""
     adaptive = [i for i, ph in enumerate(phases) if ph.split is not None]
-    fixed = [ph.counts for ph in phases]
     if not adaptive:
-        return _max_min(phases, fixed, capacity)
-    x = {i: phases[i].split_x for i in adaptive}
+        return _max_min(phases, [ph.counts for ph in phases], capacity)
+    by_family: dict[Hashable, list[int]] = {}
+    for i in adaptive:
+        fam = phases[i].family
+        by_family.setdefault(("coflow", i) if fam is None else fam, []).append(i)
+    families = list(by_family.values())
+    usage = [_family_usage(phases, members) for members in families]
+    fixed = [i for i, ph in enumerate(phases) if ph.split is None]
+    links = [u[0] for u in usage] + [phases[i].links for i in fixed]
 
-    def usages(share: dict[int, float]) -> list[np.ndarray]:
-        out = list(fixed)
-        for i, xi in share.items():
-            split = phases[i].split
-            assert split is not None
-            out[i] = split.mixture(xi)
+    def rates_at(x: list[float]) -> np.ndarray:
+        """Per-phase rates with family f at minimal share x[f] (families as one coflow)."""
+        counts = [u[1].mixture(xf) for u, xf in zip(usage, x, strict=True)]
+        counts += [phases[i].counts for i in fixed]
+        cf = np.concatenate([np.full(lk.size, g, dtype=np.int64) for g, lk in enumerate(links)])
+        group_rates = max_min_rates(
+            cf, np.concatenate(links), np.concatenate(counts), capacity, len(links)
+        )
+        out = np.empty(len(phases))
+        for f, members in enumerate(families):
+            out[members] = group_rates[f]
+        out[fixed] = group_rates[len(families) :]
         return out
 
-    rates = _max_min(phases, usages(x), capacity)
+    x = [best_split(u[1], capacity[u[0]]) for u in usage]
+    rates = rates_at(x)
     for _ in range(ROUNDS):
-        use = usages(x)
         finite = np.where(np.isfinite(rates), rates, 0.0)
         load = np.zeros(capacity.shape[0])
-        for i, ph in enumerate(phases):
-            np.add.at(load, ph.links, finite[i] * use[i])
-        for i in adaptive:
-            ph = phases[i]
-            split = ph.split
-            assert split is not None
-            other = load[ph.links] - finite[i] * use[i]
-            cap = capacity[ph.links]
-            x[i] = best_split(split, np.maximum(cap - other, 1e-6 * cap))
-        rates = _max_min(phases, usages(x), capacity)
+        for f, members in enumerate(families):
+            np.add.at(load, usage[f][0], finite[members[0]] * usage[f][1].mixture(x[f]))
+        for i in fixed:
+            np.add.at(load, phases[i].links, finite[i] * phases[i].counts)
+        for f, (lk, split) in enumerate(usage):
+            other = load[lk] - finite[families[f][0]] * split.mixture(x[f])
+            cap = capacity[lk]
+            x[f] = best_split(split, np.maximum(cap - other, 1e-6 * cap))
+        rates = rates_at(x)
 
     def slowest(r: np.ndarray) -> float:
         return float(r[adaptive].min())
 
     best = rates
     for pure in (1.0, 0.0):
-        alt = _max_min(phases, usages(dict.fromkeys(adaptive, pure)), capacity)
+        alt = rates_at([pure] * len(families))
         if slowest(alt) > slowest(best) * (1 + 1e-9):
             best = alt
     return best

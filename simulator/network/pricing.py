@@ -29,6 +29,7 @@ from simulator.network.schedules import (
     ALGORITHMS,
     Layout,
     OrderFn,
+    Phase,
     Schedule,
     build_schedule,
     candidate_algorithms,
@@ -69,6 +70,14 @@ class BoundPhase:
     # the minimal share the phase takes alone (`counts` is that mixture); None otherwise
     split: SplitUsage | None = None
     split_x: float = 1.0
+    # per-flow rate of one instance alone, its own flows sharing links: what its
+    # communicator's tuner sees, whatever the bundle aggregates (protocol choice and
+    # calibrated tables use it, so the full and symmetric modes choose alike)
+    instance_rate_Bps: float = np.inf
+    # the same phase of the same collective (group kind), whatever the layout class and
+    # however instances are bundled: adaptive routing decides per family and a family
+    # advances at one rate, as the symmetric mode's lockstep instances do
+    family: Hashable = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -483,23 +492,52 @@ class CollectivePricer:
         uniq = np.flatnonzero(dense)
         return uniq, dense[uniq], None, 1.0
 
-    def _bind(self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray) -> Bundle:
+    def _phase_usage(
+        self, instances: np.ndarray, rows: np.ndarray, ph: Phase
+    ) -> tuple[np.ndarray, np.ndarray, SplitUsage | None, float, float, tuple[float, float], bool]:
+        """(links, counts, adaptive split, its share alone, slowest route rate, (near,
+        far) route latencies, crosses nodes) of one schedule phase over instance `rows`."""
+        src = instances[np.ix_(rows, ph.src)].ravel()
+        dst = instances[np.ix_(rows, ph.dst)].ravel()
+        share = None if ph.share is None else np.tile(ph.share, len(rows))
+        dense, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
+        uniq, counts, split, split_x = self._usage(src, dst, share, dense, inter)
+        return uniq, counts, split, split_x, rate, lat, inter
+
+    def _canonical(self, gpus: np.ndarray) -> np.ndarray:
+        """A 1 x p table: the instance moved to start at node 0 (same node offsets and
+        local indices); itself where nodes are not uniform or it does not fit."""
+        nodes = self.gpu_node[gpus]
+        moved = (
+            self._gpu_grid[nodes - nodes.min(), self.gpu_local[gpus]] if self.homogeneous else gpus
+        )
+        return (gpus if (moved < 0).any() else moved)[None, :]
+
+    def _shared_rate(self, links: np.ndarray, counts: np.ndarray) -> float:
+        used = counts > 0
+        bw = self.bandwidth_Bps[links]
+        return float((bw[used] / counts[used]).min()) if used.any() else np.inf
+
+    def _bind(
+        self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray, family: Hashable
+    ) -> Bundle:
         phases: list[BoundPhase] = []
-        for ph in schedule.phases:
-            src = instances[np.ix_(rows, ph.src)].ravel()
-            dst = instances[np.ix_(rows, ph.dst)].ravel()
-            share = None if ph.share is None else np.tile(ph.share, len(rows))
-            dense, rate, (near, far), inter = self._link_loads(src, dst, share, self._minimal)
-            uniq, counts, split, split_x = self._usage(src, dst, share, dense, inter)
+        canonical = self._canonical(instances[rows[0]])
+        for i, ph in enumerate(schedule.phases):
+            uniq, counts, split, split_x, rate, (near, far), inter = self._phase_usage(
+                instances, rows, ph
+            )
             if not inter:
                 crossing = 0
             elif ph.inter_steps is None:
                 crossing = ph.steps
             else:  # NCCL's latency model: only the node-crossing steps pay the network's
                 crossing = min(ph.inter_steps, ph.steps)
-            used = counts > 0
-            bw = self.bandwidth_Bps[uniq]
-            shared = float((bw[used] / counts[used]).min()) if used.any() else np.inf
+            shared = self._shared_rate(uniq, counts)
+            # one instance alone, what its communicator's tuner sees: the layout placed
+            # from node 0, the same for every instance and however they are bundled
+            one = self._phase_usage(canonical, np.zeros(1, dtype=np.int64), ph)
+            alone = self._shared_rate(one[0], one[1])
             phases.append(
                 BoundPhase(
                     links=uniq,
@@ -514,6 +552,8 @@ class CollectivePricer:
                     far_s=max(near, far),
                     split=split,
                     split_x=split_x,
+                    instance_rate_Bps=alone,
+                    family=(family, i),
                 )
             )
         tier = "inter_node" if any(ph.steps and ph.inter for ph in phases) else "intra_node"
@@ -545,7 +585,11 @@ class CollectivePricer:
         bundles = []
         for layout, rows in self.layout_classes(inst).items():
             schedule = build_schedule(algorithm, kind, layout, self._order_fn(inst[rows[0]]), root)
-            bundles.append(self._bind(schedule, inst, rows))
+            # the collective's identity across layout classes and engine modes: its group
+            # kind (the activation key's first part), else this layout
+            group = key[0] if isinstance(key, tuple) and key else key
+            family = (kind, algorithm, root, layout if key is None else group)
+            bundles.append(self._bind(schedule, inst, rows, family))
         result = tuple(bundles)
         if cache_key is not None:
             self._bind_cache[cache_key] = result
@@ -700,6 +744,11 @@ class CollectivePricer:
     def _rate(phase: BoundPhase, shared: bool) -> float:
         return phase.shared_rate_Bps if shared else phase.rate_Bps
 
+    @staticmethod
+    def _tuner_rate(phase: BoundPhase, shared: bool) -> float:
+        """The rate one instance's tuner (NCCL's, per communicator) prices with."""
+        return phase.instance_rate_Bps if shared else phase.rate_Bps
+
     # ---------------------------------------------------------------- pricing
     def estimate_time_s(
         self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None
@@ -713,17 +762,18 @@ class CollectivePricer:
     ) -> PhasePlan:
         """Latencies and per-flow wire bytes of a bundle for `nbytes`, and its protocol.
 
-        Without calibration: the protocol NCCL's tuner would pick (the smallest launch (+
-        the network's base for a bundle crossing nodes) + base latency + step latencies +
-        bytes / (rate x bandwidth factor) among the ones
-        enabled on the bundle's tier), its latencies, and each phase's bytes inflated by
-        the protocol's bandwidth factor. With a calibrated table for (GPU, tier, kind,
-        group size), the bundle's isolated time equals the table (a size-1 group, which
-        has no phases, pays all of it as overhead): the table's alpha replaces overhead and
-        latencies (spread over phases by step count) and every phase's bytes are stretched
-        by the ratio of the table's bandwidth term to the model's (`shared`: with the
-        bundle's own link sharing, as the contention model sees it alone; else route
-        bottlenecks), so contention still slows it down where links are shared with others.
+        Without calibration: the protocol NCCL's tuner would pick for one instance alone
+        (each communicator tunes itself, so the choice does not depend on how instances
+        are bundled): the smallest launch (+ the network's base for a bundle crossing
+        nodes) + base latency + step latencies + bytes / (rate x bandwidth factor) among
+        the protocols enabled on the bundle's tier; its latencies, and each phase's bytes
+        inflated by the protocol's bandwidth factor. With a calibrated table for (GPU,
+        tier, kind, group size), the bundle's isolated time equals the table (a size-1
+        group, which has no phases, pays all of it as overhead): the table's alpha
+        replaces overhead and latencies (spread over phases by step count) and every
+        phase's bytes are stretched by the ratio of the table's bandwidth term to the
+        model's for one instance alone (`shared`; else at route bottlenecks), so
+        contention still slows it down where links are shared with others.
         """
         ckey = (id(bundle), kind, nbytes, shared)
         hit = self._plan_cache.get(ckey)
@@ -748,7 +798,9 @@ class CollectivePricer:
             wire = tuple(ph.bytes_factor * nbytes / term.bandwidth_factor for ph in phases)
             total = launch + term.base_latency_s + sum(lat)
             total += sum(
-                b / self._rate(ph, shared) for b, ph in zip(wire, phases, strict=True) if b > 0
+                b / self._tuner_rate(ph, shared)
+                for b, ph in zip(wire, phases, strict=True)
+                if b > 0
             )
             if total < best_t:
                 best_t = total
@@ -779,7 +831,7 @@ class CollectivePricer:
         if not phases:  # a size-1 group moves nothing: its measured time is all overhead
             return PhasePlan(total, (), (), "table")
         raw = tuple(ph.bytes_factor * nbytes for ph in phases)
-        model_bw = sum(b / self._rate(ph, shared) for b, ph in zip(raw, phases, strict=True))
+        model_bw = sum(b / self._tuner_rate(ph, shared) for b, ph in zip(raw, phases, strict=True))
         stretch = (total - alpha) / model_bw if model_bw > 0 else 1.0
         steps = sum(ph.steps for ph in phases) or 1
         return PhasePlan(
