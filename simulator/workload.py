@@ -12,7 +12,7 @@ from simulator.plan import PlanBuilder, WorkloadPlan, training_setup
 from simulator.strategy_plans import STRATEGY_PLAN_BUILDERS
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
-from workloads.axonn.params import AxonnParallel, Grid
+from workloads.axonn.params import AxonnParallel
 from workloads.models import TransformerSpec, model_flops_per_iteration
 from workloads.run import TrainingSetup
 
@@ -34,7 +34,10 @@ def _axonn_plan(
     t = config.training
     training = training_setup(config)
     gpus = topology.num_gpus if config.cluster.num_gpus is None else config.cluster.num_gpus
-    grid = params.grid or _default_grid(config, spec, params, training, gpus, topology, gpu)
+    if params.grid is None:
+        params = _default_choice(config, spec, params, training, gpus, topology, gpu)
+    grid = params.grid
+    assert grid is not None
     per_gpu = check_grid(spec, grid, params, training, gpus)
     mbs = t.microbatch_sequences or choose_microbatch(
         spec, grid, params, training, per_gpu, gpu.memory_bytes
@@ -50,7 +53,9 @@ def _axonn_plan(
             "microbatch_sequences": mbs,
             "microbatches": per_gpu // mbs,
             "overlap": list(params.overlap),
-            "cache_weights": params.cache_weights,
+            "implementation": params.implementation,
+            "weight_lifetime": graph.metadata["weight_lifetime"],
+            "cached_layers": graph.metadata["cached_layers"],
             "expert_mode": params.expert_mode,
         },
         grid={"x": grid.x, "y": grid.y, "z": grid.z, "data": grid.data},
@@ -59,7 +64,7 @@ def _axonn_plan(
     )
 
 
-def _default_grid(
+def _default_choice(
     config: ExperimentConfig,
     spec: TransformerSpec,
     params: AxonnParallel,
@@ -67,20 +72,28 @@ def _default_grid(
     gpus: int,
     topology: Topology,
     gpu: GpuSpec,
-) -> Grid:
-    """The analytical model's best grid (group bandwidths from axsim's own collective model
-    on the machine); the simple heuristic for custom topologies, where sub-machines cannot
-    be built to measure them."""
+) -> AxonnParallel:
+    """The search's choice without simulating (simulator/search.py stages 1 and 2): the
+    grid, and the weight cache where it helps and the lifetime is not fixed; the simple
+    heuristic grid for custom topologies, where sub-machines cannot be built to measure
+    group bandwidths."""
     from workloads.axonn.workload import heuristic_grid
 
     if config.cluster.machine != "custom":
-        from simulator.search import bandwidth_provider, rank_grids
+        from simulator.search import (
+            DEFAULT_SCREEN,
+            bandwidth_provider,
+            rank_grids,
+            screen_candidates,
+        )
 
         bandwidth = bandwidth_provider(config, "topology", topology.gpus_per_node)
         ranked = rank_grids(spec, params, training, gpus, gpu, bandwidth)
         if ranked:
-            return ranked[0].grid
-    return heuristic_grid(spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes)
+            best = screen_candidates(config, ranked, DEFAULT_SCREEN, bandwidth, gpu)[0]
+            return best.params(params)
+    grid = heuristic_grid(spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes)
+    return params.model_copy(update={"grid": grid})
 
 
 PLAN_BUILDERS: dict[str, PlanBuilder] = {"axonn": _axonn_plan, **STRATEGY_PLAN_BUILDERS}

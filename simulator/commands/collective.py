@@ -11,6 +11,7 @@ from simulator.commands.params import POSITIVE, FiniteFloat
 from simulator.microbench import OPS, collective_sweep
 from simulator.network.protocols import PROTOCOLS
 from simulator.network.schedules import ALGORITHMS
+from simulator.schema import stamp
 from simulator.units import format_bytes, parse_size_sweep
 from topologies.fabric import ROUTING_POLICIES
 
@@ -169,7 +170,7 @@ def register(app: click.Group) -> None:
             per_node, protocol,
         )  # fmt: skip
         if as_json or fmt == "json":
-            click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
+            click.echo(json.dumps([stamp(r.as_dict()) for r in rows], indent=2))
             return
         if fmt == "nccl-tests":
             click.echo(
