@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.microbench import collective_sweep
-from simulator.network.adaptive import SplitUsage, best_split
+from simulator.network.adaptive import SplitUsage, _upper_lines, best_split
 from topologies.machines import build_machine
 from topologies.types import Topology
 
@@ -52,6 +52,22 @@ def test_lone_bundle_balances_minimal_and_valiant_load() -> None:
     x = best_split(usage, np.ones(3))
     assert x == pytest.approx(1 / 3, abs=1e-6)
     assert (1 / usage.mixture(x).max()) == pytest.approx(1.5, rel=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(-6, 6)), min_size=1, max_size=40),
+    st.floats(0.0, 1.0),
+)
+def test_upper_lines_keep_the_maximum(lines: list[tuple[int, int]], x: float) -> None:
+    """The lines best_split searches over give the same maximum load as all of a phase's
+    links at every share (ties and equal lines included)."""
+    a = np.array([float(p) for p, _ in lines])
+    b = np.array([float(q) for _, q in lines])
+    kept = _upper_lines(a, b)
+    assert 1 <= kept.size <= a.size
+    for at in (0.0, x, 1.0):
+        assert (a[kept] + b[kept] * at).max() == (a + b * at).max()
 
 
 def test_bottleneck_ties_are_broken_by_the_fabric_load() -> None:
