@@ -167,6 +167,9 @@ class CollectivePricer:
         self._cycles_cache: dict[tuple[int, ...], list[list[int]]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
+        # one instance's shared rate per (canonical instance, phase): many collectives
+        # (layout classes, algorithms' repeated phases, groups of the same shape) repeat it
+        self._alone_cache: dict[Hashable, float] = {}
         self._plan_cache: dict[
             tuple[int, CollectiveKind | None, float, bool], tuple[Bundle, PhasePlan]
         ] = {}
@@ -518,6 +521,21 @@ class CollectivePricer:
         bw = self.bandwidth_Bps[links]
         return float((bw[used] / counts[used]).min()) if used.any() else np.inf
 
+    def _alone_rate(self, canonical: np.ndarray, ph: Phase) -> float:
+        """The shared rate of one instance alone (`canonical`, a 1 x p table) in phase
+        `ph`, cached on the instance and the phase's flows."""
+        key = (
+            canonical.tobytes(),
+            ph.src.tobytes(),
+            ph.dst.tobytes(),
+            None if ph.share is None else ph.share.tobytes(),
+        )
+        hit = self._alone_cache.get(key)
+        if hit is None:
+            one = self._phase_usage(canonical, np.zeros(1, dtype=np.int64), ph)
+            hit = self._alone_cache[key] = self._shared_rate(one[0], one[1])
+        return hit
+
     def _bind(
         self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray, family: Hashable
     ) -> Bundle:
@@ -536,8 +554,7 @@ class CollectivePricer:
             shared = self._shared_rate(uniq, counts)
             # one instance alone, what its communicator's tuner sees: the layout placed
             # from node 0, the same for every instance and however they are bundled
-            one = self._phase_usage(canonical, np.zeros(1, dtype=np.int64), ph)
-            alone = self._shared_rate(one[0], one[1])
+            alone = self._alone_rate(canonical, ph)
             phases.append(
                 BoundPhase(
                     links=uniq,
