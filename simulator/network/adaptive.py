@@ -103,10 +103,20 @@ def _upper_lines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.size <= 1:
         return np.arange(a.size)
     end = a + b
+    # first, in O(n): a line whose highest point is below the minimum over [0, 1] of the
+    # upper envelope of two lines (the highest at x = 0 and at x = 1; a lower bound of the
+    # whole envelope's minimum) is never the maximum
+    p, q = int(a.argmax()), int(end.argmax())
+    points = [0.0, 1.0]
+    if b[p] != b[q]:
+        points.append(min(max((a[q] - a[p]) / (b[p] - b[q]), 0.0), 1.0))
+    floor = min(max(a[p] + b[p] * x, a[q] + b[q] * x) for x in points)
+    near = np.flatnonzero(np.maximum(a, end) >= floor - 1e-9 * abs(floor))
+    a, end = a[near], end[near]
     order = np.lexsort((-end, -a))  # by a descending, ties by the end value descending
     ends = end[order]
     before = np.maximum.accumulate(np.concatenate([[-np.inf], ends[:-1]]))
-    return order[ends > before]
+    return near[order[ends > before]]
 
 
 def _max_min(
