@@ -32,6 +32,9 @@ class Case:
     fitted: bool = False
     tolerance_abs: float | None = None  # |simulated - published| bound instead of a %
     at_least: float | None = None  # a lower bound on the simulated value instead
+    # True when `published` is an upper bound on the simulated value (an error statistic
+    # of a measured curve), not a number to match
+    bound: bool = False
 
     @property
     def role(self) -> str:
@@ -42,6 +45,8 @@ class Case:
         """How the case is checked, for tables ('info' when it is not)."""
         if self.published is None:
             return "info"
+        if self.bound:
+            return f"<= {self.published:g}{self.unit}"
         if self.at_least is not None:
             return f">= {self.at_least:g}"
         if self.tolerance_abs is not None:
@@ -60,7 +65,7 @@ class CaseResult:
 
     @property
     def error_pct(self) -> float | None:
-        if self.simulated is None or not self.case.published:
+        if self.simulated is None or not self.case.published or self.case.bound:
             return None
         return 100.0 * (self.simulated / self.case.published - 1.0)
 
@@ -77,6 +82,8 @@ class CaseResult:
             return "ok" if abs(self.simulated - c.published) <= c.tolerance_abs else "outside"
         if c.tolerance_pct is None:
             return "info"
+        if c.bound:
+            return "ok" if self.simulated <= c.published else "outside"
         err = self.error_pct
         return "ok" if err is not None and abs(err) <= c.tolerance_pct else "outside"
 
@@ -95,6 +102,7 @@ class CaseResult:
             "check": c.tolerance_text,
             "status": self.status,
             "role": c.role,
+            "bound": c.bound,
             "detail": self.detail,
             "cite": c.cite,
             "source": c.source,

@@ -20,7 +20,7 @@ import numpy as np
 import simpy
 
 from simulator.engine.compiled import PS_PER_S, to_ps
-from simulator.network.maxmin import max_min_rates
+from simulator.network.adaptive import solve as solve_shares
 from simulator.network.pricing import BoundPhase, Bundle, CollectivePricer, PhasePlan
 from workloads.ops import CollectiveKind
 
@@ -245,12 +245,8 @@ class ContentionNetwork:
         self._after(dt_ps, lambda: self._check(version))
 
     def _solve(self) -> np.ndarray:
-        cf = np.concatenate(
-            [np.full(c.phase.links.size, i, dtype=np.int64) for i, c in enumerate(self.active)]
-        )
-        links = np.concatenate([c.phase.links for c in self.active])
-        counts = np.concatenate([c.phase.counts for c in self.active])
-        return max_min_rates(cf, links, counts, self.capacity, len(self.active))
+        # adaptive-routed phases choose their minimal share by load (network/adaptive.py)
+        return solve_shares([c.phase for c in self.active], self.capacity)
 
     @staticmethod
     def _finished(c: _Coflow) -> bool:

@@ -13,7 +13,7 @@ import click
 
 from simulator.outputs.versions import SCHEMA_VERSION, axsim_version
 from validation.commands.progress import item_bar
-from validation.validate import CaseResult
+from validation.case import CaseResult
 
 STYLE = {"ok": "green", "outside": "bold red", "failed": "bold red", "info": "yellow"}
 
@@ -56,7 +56,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
         table.add_row(
             c.name,
             escape(c.quantity),
-            f"{_num(c.published)} {c.unit}",
+            f"{'<= ' if c.bound else ''}{_num(c.published)} {c.unit}",
             f"{_num(r.simulated)} {c.unit}",
             err,
             tol,

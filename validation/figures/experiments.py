@@ -143,9 +143,8 @@ def axonn_search(
     screen: int | None = None,
 ) -> dict[str, Any]:
     """`axsim search` (simulator/search/grids.py): rank, screen, simulate the top `top`."""
-    from simulator.search.simulated import search
-
     from simulator.search.grids import DEFAULT_SCREEN
+    from simulator.search.simulated import search
 
     cfg = _axonn_config(machine, gpus, model, batch_tokens)
     out = search(cfg, top, DEFAULT_SCREEN if screen is None else screen)
