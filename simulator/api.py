@@ -9,9 +9,11 @@ print(result.report.iteration_time_s)
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from simulator.build import build_cost_model, build_topology
+from simulator.choices import Choice, algorithm_choices
 from simulator.config import ExperimentConfig
 from simulator.engine.core import Engine, EngineResult, MaterializationRequired, ProgressFn
 from simulator.errors import ConfigError
@@ -31,6 +33,15 @@ class Result:
     plan: WorkloadPlan
     engine: EngineResult
     report: Report
+
+
+def run_choices(
+    plan: WorkloadPlan, engine: Engine, decisions: dict[Hashable, tuple[str, dict[str, float]]]
+) -> list[Choice]:
+    """Every automatic choice of a run: the plan's, the engine mode and the tuner's."""
+    mode = Choice("engine mode", engine.view.mode, engine.view.reason)
+    sizes = {name: kind.size for name, kind in plan.graph.groups.items()}
+    return [*plan.choices, mode, *algorithm_choices(decisions, plan.group_aliases, sizes)]
 
 
 def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) -> Result:
@@ -67,16 +78,21 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     plan = build_plan(config, topology, gpu)
     stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}
 
+    engines: list[Engine] = []
+
     def engine_for(plan: WorkloadPlan) -> Engine:
-        return Engine(
-            plan.graph,
-            topology,
-            cost,
-            mode=config.engine.mode,
-            stragglers=stragglers,
-            steady_state=config.engine.steady_state,
-            progress=progress,
+        engines.append(
+            Engine(
+                plan.graph,
+                topology,
+                cost,
+                mode=config.engine.mode,
+                stragglers=stragglers,
+                steady_state=config.engine.steady_state,
+                progress=progress,
+            )
         )
+        return engines[-1]
 
     try:
         result = engine_for(plan).run()
@@ -103,5 +119,6 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         memory=plan.memory,
         model_flops=plan.model_flops,
         batch_tokens=config.training.batch_tokens,
+        choices=[c.as_dict() for c in run_choices(plan, engines[-1], cost.pricer.decisions)],
     )
     return Result(config=config, topology=topology, plan=plan, engine=result, report=report)

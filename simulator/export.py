@@ -70,6 +70,15 @@ def make_out_dir(path: str | Path, flag: str = "--out") -> Path:
     return out
 
 
+def resolved_config_yaml(result: Result) -> str:
+    """The run's config with its automatic choices filled in and explained (comments):
+    loading it reruns the same simulation without choosing again."""
+    from simulator.choices import Choice, resolved_yaml
+
+    choices = [Choice(**c) for c in result.report.choices]
+    return resolved_yaml(result.config.model_dump(mode="json"), result.plan.parameters, choices)
+
+
 def write_outputs(
     result: Result, out_dir: str | Path, trace_ranks: list[int] | None = None
 ) -> list[Path]:
@@ -82,7 +91,7 @@ def write_outputs(
     )
     paths = [
         _write_json(out / "report.json", result.report.to_json()),
-        _write_text(out / "config.resolved.yaml", result.config.to_yaml()),
+        _write_text(out / "config.resolved.yaml", resolved_config_yaml(result)),
         write_timeline_csv(out / "timeline.csv", (result.engine.timeline.rank(r) for r in ranks)),
         write_links_csv(out / "links.csv", result),
         write_chrome_trace(

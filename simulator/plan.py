@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from simulator.choices import Choice
 from simulator.config import ExperimentConfig
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
@@ -23,6 +24,7 @@ class WorkloadPlan:
     grid: dict[str, int]  # x, y, z, data view of the parallel degrees (report contract)
     group_aliases: dict[str, str] = field(default_factory=dict)  # strategy group -> x/y/z/data
     model_flops: float = 0.0
+    choices: tuple[Choice, ...] = ()  # what the builder chose by itself, with reasons
 
 
 PlanBuilder = Callable[[ExperimentConfig, TransformerSpec, Topology, GpuSpec], WorkloadPlan]

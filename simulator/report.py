@@ -5,7 +5,8 @@ on; keys are stable: iteration_time_s, compute_time_s, exposed_comm_time_s,
 overlapped_comm_time_s, comm_time_by_group_s (x, y, z, data), model_flops_per_iteration,
 pflops_total, tflops_per_gpu, percent_of_advertised_peak, percent_of_empirical_peak,
 memory_per_gpu_bytes, fits_in_memory, grid (x, y, z, data), machine, gpus, model,
-engine_mode, wall_time_s, events (plus extra detail keys).
+engine_mode, wall_time_s, events, choices (each automatic choice with its reason; plus
+extra detail keys).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class Report:
     batch_tokens: int
     critical_rank: int
     busiest_links: list[LinkUsage] = field(default_factory=list)
+    # every automatic choice of the run (grid, microbatch, degrees, algorithm per group and
+    # collective, engine mode): {"what", "value", "reason"} (simulator/choices.py)
+    choices: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         d = asdict(self)
@@ -118,6 +122,7 @@ def build_report(
     memory: dict[str, float],
     model_flops: float,
     batch_tokens: int,
+    choices: list[dict[str, str]] | None = None,
 ) -> Report:
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
@@ -177,4 +182,5 @@ def build_report(
         batch_tokens=batch_tokens,
         critical_rank=int(critical),
         busiest_links=busiest_links(topology, result.link_bytes, t),
+        choices=list(choices or []),
     )

@@ -7,6 +7,7 @@ strategy's process groups onto the report's X/Y/Z/data contract.
 
 from __future__ import annotations
 
+from simulator.choices import Choice, memory_reason
 from simulator.config import ExperimentConfig
 from simulator.plan import PlanBuilder, WorkloadPlan, training_setup
 from simulator.strategy_plans import STRATEGY_PLAN_BUILDERS
@@ -34,13 +35,19 @@ def _axonn_plan(
     t = config.training
     training = training_setup(config)
     gpus = topology.num_gpus if config.cluster.num_gpus is None else config.cluster.num_gpus
-    grid = params.grid or _default_grid(config, spec, params, training, gpus, topology, gpu)
+    choices: list[Choice] = []
+    grid = params.grid
+    if grid is None:
+        grid, why = _default_grid(config, spec, params, training, gpus, topology, gpu)
+        choices.append(Choice("grid", str(grid), why))
     per_gpu = check_grid(spec, grid, params, training, gpus)
     mbs = t.microbatch_sequences or choose_microbatch(
         spec, grid, params, training, per_gpu, gpu.memory_bytes
     )
     graph = build_axonn_workload(spec, params, grid, training, mbs)
     memory = memory_for(spec, grid, params, training, mbs).as_dict()
+    if t.microbatch_sequences is None:
+        choices.append(_axonn_microbatch_choice(mbs, per_gpu, memory["total"], gpu))
     return WorkloadPlan(
         graph=graph,
         memory=memory,
@@ -56,7 +63,18 @@ def _axonn_plan(
         grid={"x": grid.x, "y": grid.y, "z": grid.z, "data": grid.data},
         group_aliases={"x": "x", "y": "y", "z": "z", "data": "data"},
         model_flops=model_flops_per_iteration(spec, t.batch_tokens, t.activation_checkpointing),
+        choices=tuple(choices),
     )
+
+
+def _axonn_microbatch_choice(mbs: int, per_gpu: int, needed: float, gpu: GpuSpec) -> Choice:
+    value = f"{mbs} sequence{'s' if mbs > 1 else ''} x {per_gpu // mbs} microbatches"
+    cap = gpu.memory_bytes
+    if needed <= cap:
+        why = f"the largest divisor of the {per_gpu} sequences per GPU that fits ({memory_reason(needed, cap)})"
+    else:
+        why = f"no microbatch fits; the smallest needs {memory_reason(needed, cap)}"
+    return Choice("microbatch", value, why)
 
 
 def _default_grid(
@@ -67,10 +85,10 @@ def _default_grid(
     gpus: int,
     topology: Topology,
     gpu: GpuSpec,
-) -> Grid:
+) -> tuple[Grid, str]:
     """The analytical model's best grid (group bandwidths from axsim's own collective model
     on the machine); the simple heuristic for custom topologies, where sub-machines cannot
-    be built to measure them."""
+    be built to measure them. With the reason, for the report's choices."""
     from workloads.axonn.workload import heuristic_grid
 
     if config.cluster.machine != "custom":
@@ -79,15 +97,31 @@ def _default_grid(
         bandwidth = bandwidth_provider(config, "topology", topology.gpus_per_node)
         ranked = rank_grids(spec, params, training, gpus, gpu, bandwidth)
         if ranked:
-            return ranked[0].grid
-    return heuristic_grid(spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes)
+            return ranked[0].grid, (
+                f"the analytical model's best of {len(ranked)} valid, memory-feasible grids "
+                f"(AxoNN's Eqs. 1-7, group bandwidths from axsim's collective model on "
+                f"{config.cluster.machine}: {ranked[0].model_comm_time_s:.3f} s of "
+                "communication predicted; `axsim search` simulates the top ones)"
+            )
+        why = "no grid is memory-feasible for the analytical ranking; the heuristic grid"
+    else:
+        why = "custom topology (no sub-machines to measure group bandwidths): the heuristic grid"
+    grid = heuristic_grid(spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes)
+    return grid, (
+        f"{why}, the smallest tensor-parallel size whose model states fit, X inside a node"
+    )
 
 
 PLAN_BUILDERS: dict[str, PlanBuilder] = {"axonn": _axonn_plan, **STRATEGY_PLAN_BUILDERS}
 
 
 def build_plan(config: ExperimentConfig, topology: Topology, gpu: GpuSpec) -> WorkloadPlan:
-    """The workload plan of the configured strategy."""
+    """The workload plan of the configured strategy (its programs within one op budget,
+    workloads.builder.MAX_BUILT_OPS, so no value inside the config's bounds builds for
+    hours)."""
+    from workloads.builder import op_budget
+
     spec = config.model.spec()
     builder = PLAN_BUILDERS[config.parallel.strategy]
-    return builder(config, spec, topology, gpu)
+    with op_budget():
+        return builder(config, spec, topology, gpu)

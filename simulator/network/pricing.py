@@ -133,6 +133,9 @@ class CollectivePricer:
         # the engine sets it to its network model so choices and prices agree
         self.tuner = "shared"
         self._choice_cache: dict[Hashable, str] = {}
+        # the tuner's decisions with every candidate's estimate (seconds), for the report's
+        # list of automatic choices (simulator/choices.py)
+        self.decisions: dict[Hashable, tuple[str, dict[str, float]]] = {}
 
     # ------------------------------------------------------------- layouts
     def layout(self, gpus: Sequence[int] | np.ndarray) -> Layout:
@@ -557,6 +560,7 @@ class CollectivePricer:
             raise CostModelError(f"no algorithm supports {kind.value} on this group")
         if ckey is not None:
             self._choice_cache[ckey] = best_algo
+            self.decisions[ckey] = (best_algo, {a: sum(t) for a, t in terms.items()})
         return best_algo
 
     def time_terms(
