@@ -16,7 +16,7 @@ from simulator.build import build_cost_model, build_topology
 from simulator.choices import Choice, algorithm_choices
 from simulator.config import ExperimentConfig
 from simulator.engine.core import Engine, EngineResult, MaterializationRequired, ProgressFn
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, CostModelError
 from simulator.network.params import network_params_for
 from simulator.report import Report, build_report
 from simulator.workload import WorkloadPlan, build_plan
@@ -51,17 +51,10 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     gpu = gpu_spec(config.cluster.gpu or topology.gpu_type)
     calibration = None
     if config.engine.calibration:
-        from simulator.cost.calibration import load_calibration
+        from simulator.cost.calibration import load_calibration, require_gpu
 
         calibration = load_calibration(config.engine.calibration)
-        if calibration.for_gpu(gpu.name) is None:
-            # a calibration only speaks for the GPU type it was fitted on: applying none of
-            # it silently would report an uncalibrated run as calibrated
-            fitted = ", ".join(sorted(calibration.gpus)) or "none"
-            raise ConfigError(
-                f"engine.calibration: {config.engine.calibration} has no tables for GPU "
-                f"'{gpu.name}' (it calibrates: {fitted})"
-            )
+        require_gpu(calibration, gpu.name, f"engine.calibration: {config.engine.calibration}")
     from simulator.cost.kernels import KernelModel
 
     kernels = KernelModel(gpu, calibration=calibration)
@@ -95,14 +88,24 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         return engines[-1]
 
     try:
-        result = engine_for(plan).run()
-    except MaterializationRequired:
-        # repeated microbatches could not be proven identical: expand them and run all
-        expanded = config.model_copy(
-            update={"engine": config.engine.model_copy(update={"virtual_microbatches": False})}
-        )
-        plan = build_plan(expanded, topology, gpu)
-        result = engine_for(plan).run()
+        try:
+            result = engine_for(plan).run()
+        except MaterializationRequired:
+            # repeated microbatches could not be proven identical: expand them and run all
+            expanded = config.model_copy(
+                update={"engine": config.engine.model_copy(update={"virtual_microbatches": False})}
+            )
+            plan = build_plan(expanded, topology, gpu)
+            result = engine_for(plan).run()
+    except CostModelError as e:
+        algorithm = config.engine.collective_algorithm
+        if algorithm == "auto":
+            raise
+        # a fixed algorithm applies to every collective: name the field that fixed it
+        raise ConfigError(
+            f"engine.collective_algorithm={algorithm}: {e}, in this {config.parallel.strategy} "
+            "run; use auto, which picks an algorithm per collective"
+        ) from None
     engine_wall = result.wall_time_s
     result.wall_time_s = time.perf_counter() - t0
     result.setup_time_s += result.wall_time_s - engine_wall  # topology, workload, report

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -67,6 +68,8 @@ def make_out_dir(path: str | Path, flag: str = "--out") -> Path:
         raise ConfigError(f"{flag} {path}: exists and is not a folder") from None
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: the folder is not writable")
     return out
 
 

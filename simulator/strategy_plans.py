@@ -107,7 +107,9 @@ def hybrid_choices(
     mem = memory_reason(needed, capacity)
     out = []
     chosen = {"tp": setup.tp, "pp": setup.pp, "shard": setup.shard}
-    open_fields = [f for f in chosen if f in type(params).model_fields and getattr(params, f) is None]
+    open_fields = [
+        f for f in chosen if f in type(params).model_fields and getattr(params, f) is None
+    ]
     if open_fields:
         value = " ".join(f"{f}={chosen[f]}" for f in open_fields)
         why = (
@@ -154,7 +156,9 @@ def _optimus_plan(
     choices = []
     if params.q is None:
         why = "the smallest mesh (q > 1 where the GPUs allow) that fits" if fits else "none fits"
-        choices.append(Choice("mesh", f"q={setup.q}", f"{why} ({memory_reason(memory['total'], cap)})"))
+        choices.append(
+            Choice("mesh", f"q={setup.q}", f"{why} ({memory_reason(memory['total'], cap)})")
+        )
     if config.training.microbatch_sequences is None:
         choices.append(
             Choice(

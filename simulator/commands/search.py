@@ -19,7 +19,7 @@ def register(app: click.Group) -> None:
     @click.option("--seq-len", type=int, default=None, help="Sequence length.")
     @click.option(
         "--top",
-        type=int,
+        type=click.IntRange(min=1),
         default=10,
         show_default=True,
         help="How many of the model's best grids to simulate.",
@@ -61,8 +61,6 @@ def register(app: click.Group) -> None:
         )
         from topologies.hardware import gpu_spec
 
-        if top < 0:
-            raise ConfigError(f"--top must be non-negative, got {top}")
         flags = flag_overrides(
             machine, gpus, model, None, batch_tokens, seq_len, None, None, None, None
         )

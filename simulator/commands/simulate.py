@@ -27,12 +27,12 @@ def flag_overrides(
 ) -> list[str]:
     """Translate convenience flags into dotted overrides (applied before --set)."""
     out: list[str] = []
-    if machine:
-        out.append(f"cluster.machine={machine}")
+    if machine is not None:  # an empty value is an error, not the default
+        out.append(f"cluster.machine={json.dumps(machine)}")
     if gpus is not None:
         out.append(f"cluster.gpus={gpus}")  # replaces a node count (apply_overrides)
-    if model:
-        out.append(f"model.name={model}")
+    if model is not None:
+        out.append(f"model.name={json.dumps(model)}")
     if grid is not None:
         try:
             g = Grid.parse(grid)
@@ -53,12 +53,12 @@ def flag_overrides(
         if unknown:
             raise ConfigError(f"--overlap: unknown flag '{unknown[0]}' (use oar,ors,oag or none)")
         out.append(f"parallel.overlap=[{', '.join(flags)}]")
-    if engine:
+    if engine is not None:
         out.append(f"engine.mode={engine}")
-    if network:
+    if network is not None:
         out.append(f"engine.network={network}")
-    if calibration:
-        out.append(f"engine.calibration={calibration}")
+    if calibration is not None:
+        out.append(f"engine.calibration={json.dumps(calibration)}")
     return out
 
 

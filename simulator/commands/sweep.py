@@ -130,6 +130,13 @@ def register(app: click.Group) -> None:
                 retry_failed=retry_failed,
                 progress=bar,
             )
+        if res.damaged:
+            more = f" (and {len(res.damaged) - 1} more)" if len(res.damaged) > 1 else ""
+            print(
+                f"axsim sweep: warning: {len(res.damaged)} damaged line(s) of {res.journal} "
+                f"moved to {res.quarantine}: {res.damaged[0]}{more}; the good rows were kept",
+                file=sys.stderr,
+            )
         dup = f", {res.points - res.distinct} duplicate" if res.points > res.distinct else ""
         print(
             f"axsim sweep: {res.distinct} configs{dup}: {res.already_done} already done, "

@@ -556,6 +556,11 @@ class CollectivePricer:
         for cand, (lat, transfer) in terms.items():
             if lat + transfer < best_t:
                 best_algo, best_t = cand, lat + transfer
+        if best_algo is None and terms:
+            raise CostModelError(
+                f"{kind.value} would take forever with every algorithm: a link's bandwidth "
+                "is too small for its bytes (check the bandwidths)"
+            )
         if best_algo is None:
             raise CostModelError(f"no algorithm supports {kind.value} on this group")
         if ckey is not None:

@@ -137,6 +137,9 @@ def trace_torch(
         raise ConfigError(
             f"grid {grid} has {grid.world_size} ranks but the world size is {world_size}"
         )
+    from simulator.export import make_out_dir
+
+    make_out_dir(out_dir)  # a path that cannot be a folder fails now, not after training
     from validation.torch4d.trace import run_trace  # imports torch
 
     paths = run_trace(

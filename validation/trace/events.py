@@ -11,6 +11,7 @@ driven by which fields each event carries, not by the label.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,6 +214,10 @@ class _Ingest:
             dur = _num(dur)
             if dur is None:
                 raise self.fail(index, ev, "lacks a numeric 'dur'")
+        if not (math.isfinite(ts) and math.isfinite(dur)):
+            raise self.fail(index, ev, f"has a non-finite 'ts' or 'dur' ({ts}, {dur})")
+        if dur < 0:  # no profiler writes one; it would run a kernel backwards in time
+            raise self.fail(index, ev, f"has a negative 'dur' ({dur} us)")
         if ts < self.raw.t0_us:
             self.raw.t0_us = ts
         args = ev.get("args")

@@ -118,6 +118,8 @@ class TraceStream:
         while True:
             try:
                 value, end = _DECODER.raw_decode(self._buf, self._pos)
+            except RecursionError:
+                raise self._fail(f"JSON in {where} nested too deeply") from None
             except json.JSONDecodeError as exc:
                 # Incomplete (not malformed) when the error sits at the buffer's end.
                 near_end = exc.pos >= len(self._buf) - 16 or exc.msg.startswith("Unterminated")
