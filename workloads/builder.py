@@ -16,7 +16,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from workloads.errors import WorkloadError
-
 from workloads.graph import Program, Segment
 from workloads.ops import (
     COMPUTE_STREAM,
@@ -29,7 +28,6 @@ from workloads.ops import (
     SendOp,
     WaitOp,
 )
-
 
 # The most ops a workload's programs may hold together (all distinct programs: one per
 # pipeline stage, one per AxoNN rank class...). Measured on the 2-core development
