@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "simulator.commands.bench",
     "simulator.commands.compare_strategies",
     "simulator.commands.sweep",
+    "simulator.commands.presets",
 )
 
 
