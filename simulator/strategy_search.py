@@ -151,13 +151,37 @@ def compare_strategies(
     progress: Progress | None = None,
 ) -> list[StrategyOutcome]:
     """Search every strategy on one machine, GPU count and model (same global batch)."""
+    base = base_mapping(machine, gpus, model, batch_tokens, network)
+    return compare_from_mapping(base, strategies, max_candidates=max_candidates, progress=progress)
+
+
+def config_base(config: ExperimentConfig) -> dict[str, Any]:
+    """The raw mapping every candidate of `config` starts from: its cluster, model,
+    training and engine sections (a chosen microbatch and the parallel section are the
+    candidates'), in symmetric mode where the config leaves the mode to axsim."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    data.pop("parallel", None)
+    data["training"].pop("microbatch_sequences", None)
+    if data["engine"].get("mode") == "auto":
+        data["engine"]["mode"] = "symmetric"
+    return data
+
+
+def compare_from_mapping(
+    base: dict[str, Any],
+    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+    *,
+    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    progress: Progress | None = None,
+) -> list[StrategyOutcome]:
+    """Search every strategy from one raw base config (no parallel section)."""
     unknown = [s for s in strategies if s not in STRATEGY_NAMES]
     if unknown:
         raise WorkloadError(
             f"--strategies: unknown strategy '{unknown[0]}' (known: {', '.join(STRATEGY_NAMES)})"
         )
-    base = base_mapping(machine, gpus, model, batch_tokens, network)
-    validate_config(base)  # machine, GPU count, model and batch problems fail here, once
+    # machine, GPU count, model and batch problems fail here, once
+    validate_config({**base, "parallel": base.get("parallel") or {"strategy": "axonn"}})
     return [
         search_strategy(s, base, max_candidates=max_candidates, progress=progress)
         for s in strategies

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from simulator.commands.params import POSITIVE, FiniteFloat
+from simulator.commands.params import ALGORITHM_HELP, NETWORK_HELP, POSITIVE, FiniteFloat
 from simulator.microbench import OPS, collective_sweep
 from simulator.network.schedules import ALGORITHMS
 from simulator.units import format_bytes, parse_size_sweep
@@ -48,13 +48,18 @@ def register(app: click.Group) -> None:
         help="Sweep multiplier.",
     )
     @click.option(
-        "--algorithm", type=click.Choice(("auto", *ALGORITHMS)), default="auto", show_default=True
+        "--algorithm",
+        type=click.Choice(("auto", *ALGORITHMS)),
+        default="auto",
+        show_default=True,
+        help=ALGORITHM_HELP,
     )
     @click.option(
         "--network",
         type=click.Choice(("contention", "alpha-beta")),
         default="contention",
         show_default=True,
+        help=NETWORK_HELP,
     )
     @click.option(
         "--instances",

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from simulator.commands.params import NETWORK_HELP
 from simulator.commands.simulate import flag_overrides, resolve_config
 
 
@@ -32,7 +33,22 @@ def register(app: click.Group) -> None:
         help="Group bandwidths: axsim's collective model on the machine, or the paper's measured table.",
     )
     @click.option(
-        "--set", "sets", multiple=True, help="Override any config field (section.field=value)."
+        "--network",
+        type=click.Choice(("alpha-beta", "contention")),
+        default=None,
+        help=NETWORK_HELP,
+    )
+    @click.option(
+        "--calibration",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Calibration file from `axsim calibrate` (for the simulated grids).",
+    )
+    @click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        help="Override any config field: section.field=value (repeatable).",
     )
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: ranked and best.")
     @click.option(
@@ -47,6 +63,8 @@ def register(app: click.Group) -> None:
         seq_len: int | None,
         top: int,
         bandwidths: str,
+        network: str | None,
+        calibration: str | None,
         sets: tuple[str, ...],
         as_json: bool,
         progress: bool,
@@ -62,7 +80,7 @@ def register(app: click.Group) -> None:
         from topologies.hardware import gpu_spec
 
         flags = flag_overrides(
-            machine, gpus, model, None, batch_tokens, seq_len, None, None, None, None
+            machine, gpus, model, None, batch_tokens, seq_len, None, None, network, calibration
         )
         cfg = resolve_config(config, "axonn", flags, sets)
         if cfg.parallel.strategy != "axonn":

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from simulator.commands.params import ENGINE_HELP, NETWORK_HELP
 from simulator.config import ExperimentConfig, load_config
 from simulator.errors import ConfigError
 from workloads.axonn.params import Grid
@@ -101,8 +102,15 @@ def register(app: click.Group) -> None:
         multiple=True,
         help="Override any config field: section.field=value (repeatable).",
     )
-    @click.option("--engine", type=click.Choice(("auto", "full", "symmetric")), default=None)
-    @click.option("--network", type=click.Choice(("alpha-beta", "contention")), default=None)
+    @click.option(
+        "--engine", type=click.Choice(("auto", "full", "symmetric")), default=None, help=ENGINE_HELP
+    )
+    @click.option(
+        "--network",
+        type=click.Choice(("alpha-beta", "contention")),
+        default=None,
+        help=NETWORK_HELP,
+    )
     @click.option(
         "--calibration",
         type=click.Path(dir_okay=False),
@@ -110,11 +118,12 @@ def register(app: click.Group) -> None:
         help="Calibration file from `axsim calibrate`.",
     )
     @click.option(
+        "-o",
         "--out",
         "out_dir",
         type=click.Path(file_okay=False),
         default=None,
-        help="Write report, timeline, links and a Perfetto trace here.",
+        help="Write report, config.resolved.yaml, timeline, links and a Perfetto trace here.",
     )
     @click.option(
         "--trace-ranks",

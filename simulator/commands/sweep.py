@@ -78,6 +78,7 @@ def register(app: click.Group) -> None:
         help="Seconds to wait for --dask-scheduler.",
     )
     @click.option(
+        "-o",
         "--out",
         "out_dir",
         type=click.Path(file_okay=False),
