@@ -181,7 +181,7 @@ class TraceStream:
                 if end >= len(self._buf):
                     raise ValueError("the value may continue in the next chunk")
                 self._pos = end
-            except ValueError:
+            except (ValueError, RecursionError):  # _value says what is wrong, if anything
                 event = self._value(f"traceEvents[{self.n_events}]")
             if not isinstance(event, dict):
                 raise self._fail(f"traceEvents[{self.n_events}] is not a JSON object")
