@@ -91,9 +91,10 @@ def load_journal(path: Path, drop_failed: bool = False) -> JournalRead:
     damaged: list[str] = []
     bad: list[bytes] = []
     rewrite = False
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            rewrite = rewrite or bool(raw)
+    pieces = data.split(b"\n")
+    for number, raw in enumerate(pieces, start=1):
+        if not raw.strip():  # blank lines are dropped (the last piece ends the file)
+            rewrite = rewrite or number < len(pieces) or bool(raw)
             continue
         row, problem = _parse_row(raw)
         if row is None:
