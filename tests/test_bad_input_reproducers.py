@@ -246,3 +246,11 @@ def test_trace_with_a_negative_or_nan_kernel_duration(
     (traces / "rank0.json").write_text(json.dumps(data))
     err = one_line_error(["calibrate", str(traces), "-o", str(tmp_path / "c.yaml")], capsys)
     assert "rank0.json: traceEvents[" in err and needle in err
+
+
+def test_control_characters_in_a_value_stay_on_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Found by the generated suite: '\\x1e' in a machine name split the error line."""
+    err = one_line_error(["simulate", "--machine", "0\x1e0\n1"], capsys)
+    assert "unknown machine '0\\x1e0 1'" in err
