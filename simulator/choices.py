@@ -97,14 +97,16 @@ def _by_size(rows: list[tuple[float, str, Mapping[str, float]]]) -> str:
     return ", ".join(parts)
 
 
-def resolved_mapping(config_json: Mapping[str, Any], parameters: Mapping[str, Any]) -> dict:
+def resolved_mapping(
+    config_json: Mapping[str, Any], parameters: Mapping[str, Any]
+) -> dict[str, Any]:
     """The config with the run's chosen values filled in: AxoNN's grid, the hybrid and
     Optimus degrees a strategy left open, and the microbatch size."""
     data = {k: dict(v) if isinstance(v, Mapping) else v for k, v in config_json.items()}
     par = dict(data.get("parallel") or {})
     strategy = par.get("strategy", "axonn")
     if strategy == "axonn" and isinstance(parameters.get("grid"), Mapping):
-        par["grid"] = dict(parameters["grid"])  # type: ignore[arg-type]
+        par["grid"] = dict(parameters["grid"])
     for field in ("tp", "pp", "shard", "q"):
         if field in par and par[field] is None and parameters.get(field) is not None:
             par[field] = parameters[field]

@@ -31,7 +31,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
     _depth = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
         try:
             if self._depth > MAX_NESTING:
