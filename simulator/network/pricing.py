@@ -418,22 +418,17 @@ class CollectivePricer:
             rate, near, far, inter = min(rate, rt), max(near, ln), max(far, lf), inter or it
         return dense, rate, (near, far), inter
 
-    def _own_rate(
-        self, gpus: np.ndarray, src: np.ndarray, dst: np.ndarray, share: np.ndarray | None
-    ) -> float:
+    def _own_rate(self, own_loads: np.ndarray) -> float:
         """Per-flow rate of one instance's flows sharing links among themselves (no other
-        traffic): the alpha-beta rate. Why: a GPU's concurrent flows (a direct all-to-all
-        sends p - 1 at once) share its own links; priced at their route bottlenecks each,
-        8 DGX H100 GPUs reported 2,417 GB/s of bus bandwidth on 450 GB/s of NVLink and
-        busy links ran at 152% utilisation."""
-        if src.size == 0:
+        traffic; `own_loads`: that instance's dense flow count per link): the alpha-beta
+        rate. Why: a GPU's concurrent flows (a direct all-to-all sends p - 1 at once)
+        share its own links; priced at their route bottlenecks one by one, 8 DGX H100 GPUs
+        reported 2,417 GB/s of bus bandwidth on 450 GB/s of NVLink and busy links ran at
+        152% utilisation."""
+        used = np.flatnonzero(own_loads)
+        if used.size == 0:
             return float("inf")
-        links, weights, _, _, _ = self._shared_flow_links(gpus[src], gpus[dst], share)
-        if links.size == 0:
-            return float("inf")
-        uniq, inv = np.unique(links, return_inverse=True)
-        load = np.bincount(inv.reshape(-1), weights=weights)
-        return float((self.bandwidth_Bps[uniq] / load).min())
+        return float((self.bandwidth_Bps[used] / own_loads[used]).min())
 
     def _bind(self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray) -> Bundle:
         phases: list[BoundPhase] = []
@@ -441,8 +436,10 @@ class CollectivePricer:
             src = instances[np.ix_(rows, ph.src)].ravel()
             dst = instances[np.ix_(rows, ph.dst)].ravel()
             share = None if ph.share is None else np.tile(ph.share, len(rows))
+            n, first = len(ph.src), ph.share  # the first instance's flows lead the arrays
             dense, rate, (near, far), inter = self._link_loads(src, dst, share)
-            rate = min(rate, self._own_rate(instances[rows[0]], ph.src, ph.dst, ph.share))
+            own = dense if len(rows) == 1 else self._link_loads(src[:n], dst[:n], first)[0]
+            rate = min(rate, self._own_rate(own))
             uniq = np.flatnonzero(dense)  # O(flows + links): no sort of millions of entries
             counts = dense[uniq]
             intra_step = near + self.params.step_latency_intra_s
