@@ -8,7 +8,12 @@ Definitions for one rank:
 - exposed communication: communication time not covered by compute;
 - overlapped communication: communication time covered by compute;
 - exposed time per group: the exposed intervals split equally among the groups whose
-  collectives are in flight at each instant (so the groups add up to the exposed total).
+  collectives are in flight at each instant (so the groups add up to the exposed total);
+- compute by kind: the kernels' own time per kind, and, for simulated timelines (which
+  know them), the launch gaps and the interference stretch as rows of their own
+  (`launch_gaps`, `interference`), so the rows add up to the compute records' total;
+- host-bound time (simulated timelines): idle time of a stream before a compute op that
+  started the moment the host issued it, i.e. the GPU waited for the host (launch-bound).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS
 from simulator.timeline import RankTimeline
 
 
@@ -72,6 +78,7 @@ class RankBreakdown:
     exposed_by_group_s: dict[str, float]
     comm_by_group_s: dict[str, float]
     compute_by_kind_s: dict[str, float]
+    host_bound_s: float = 0.0
 
 
 def breakdown(tl: RankTimeline) -> RankBreakdown:
@@ -89,11 +96,6 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
         g: length(tl.start_s[comm & (tl.group == g)], tl.end_s[comm & (tl.group == g)])
         for g in groups
     }
-    kinds = sorted({str(k) for k in tl.kind[comp]})
-    compute_by_kind = {
-        k: float((tl.end_s[comp & (tl.kind == k)] - tl.start_s[comp & (tl.kind == k)]).sum())
-        for k in kinds
-    }
     return RankBreakdown(
         span_s=span,
         compute_s=compute_s,
@@ -102,8 +104,53 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
         overlapped_comm_s=overlapped,
         exposed_by_group_s=_exposed_by_group(tl, comm, cu, groups),
         comm_by_group_s=comm_by_group,
-        compute_by_kind_s=compute_by_kind,
+        compute_by_kind_s=compute_by_kind(tl, comp),
+        host_bound_s=host_bound(tl),
     )
+
+
+def compute_by_kind(tl: RankTimeline, comp: np.ndarray | None = None) -> dict[str, float]:
+    """Seconds of compute records per kind (kernel time only), plus `launch_gaps` and
+    `interference` rows where the timeline carries them (see module doc)."""
+    comp = tl.mask_compute() if comp is None else comp
+    own = tl.end_s - tl.start_s
+    extra: dict[str, float] = {}
+    for key, col in ((LAUNCH_GAPS, tl.launch_s), (INTERFERENCE, tl.interference_s)):
+        if col is not None:
+            part = np.where(comp, col, 0.0)
+            own = own - part
+            extra[key] = float(part.sum())
+    kinds = sorted({str(k) for k in tl.kind[comp]})
+    out = {k: float(own[comp & (tl.kind == k)].sum()) for k in kinds}
+    out.update(extra)
+    return out
+
+
+HOST_TOLERANCE_S = 1e-12
+
+
+def host_bound(tl: RankTimeline) -> float:
+    """Seconds the rank had nothing in flight because the host had not issued the next op:
+    the idle time before an op (kernel or collective) that started the moment the host
+    issued it, outside any compute or communication interval (a launch-bound step)."""
+    if tl.issue_s is None or len(tl) == 0:
+        return 0.0
+    busy_mask = tl.mask_compute() | tl.mask_comm()
+    waits_s: list[np.ndarray] = []
+    waits_e: list[np.ndarray] = []
+    for stream in {str(x) for x in tl.stream[busy_mask]}:
+        idx = np.flatnonzero(busy_mask & (tl.stream == stream))
+        idx = idx[np.argsort(tl.start_s[idx], kind="stable")]
+        start, end, issue = tl.start_s[idx], tl.end_s[idx], tl.issue_s[idx]
+        prev_end = np.concatenate([[start[0]], end[:-1]])
+        waited = (np.abs(start - issue) <= HOST_TOLERANCE_S + 1e-9 * start) & (start > prev_end)
+        waits_s.append(prev_end[waited])
+        waits_e.append(start[waited])
+    if not waits_s:
+        return 0.0
+    wait = union(np.concatenate(waits_s), np.concatenate(waits_e))
+    busy = union(tl.start_s[busy_mask], tl.end_s[busy_mask])
+    return float((wait[1] - wait[0]).sum()) - intersection_length(wait, busy)
 
 
 def with_virtual_copies(
@@ -132,6 +179,7 @@ def _add(a: RankBreakdown, b: RankBreakdown, k: float) -> RankBreakdown:
         exposed_by_group_s=merged(a.exposed_by_group_s, b.exposed_by_group_s),
         comm_by_group_s=merged(a.comm_by_group_s, b.comm_by_group_s),
         compute_by_kind_s=merged(a.compute_by_kind_s, b.compute_by_kind_s),
+        host_bound_s=a.host_bound_s + k * b.host_bound_s,
     )
 
 

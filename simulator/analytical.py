@@ -11,11 +11,17 @@ equations read with x and y exchanged), the times are:
     t_AR,data= 2((Gdata-1)/Gdata) · k·n/(Gx·Gy·Gz) / β_data         (5)
 
 volumes in bytes (elements x dtype size). Per layer (6), as in the executable version
-(Megatron-AxoNN examples/comm_model.py): three Z collectives (all-gather forward and
-backward, reduce-scatter) and the forward all-reduce twice (recompute); transposed layers
-exchange Gx and Gy; the total sums over layers. axsim's extension: with `microbatches`
-> 1 the Z collectives repeat per microbatch (as the simulated program does); with 1 the
-model is exactly the paper's.
+(Megatron-AxoNN examples/comm_model.py on branch gordon-bell-perlmutter): three Z
+collectives (all-gather forward and backward, reduce-scatter) and the forward all-reduce
+twice (recompute); transposed layers exchange Gx and Gy; the total sums over layers.
+`layer_comm_s` is that model, kept as the paper wrote it.
+
+`axonn_comm_estimate` is axsim's version of it, counted from the same description the
+simulated program is built from (workloads/axonn/schedule.py), so the ranking and the
+simulation cannot disagree about what is sent: every collective of the iteration (each
+implementation's Z collectives per weight lifetime, the head's, the gradient sync in
+its precision) costs its nccl-tests bus factor x buffer bytes / β of its group. For the
+SC'24 code's "keep" lifetime and one microbatch its block terms are exactly (1)-(6).
 
 Group bandwidths β (order X, Y, Z, data; "inner product" = product of the sizes of the
 groups inside group i): inside a node, a bus bandwidth measured for concurrent
@@ -34,18 +40,35 @@ from typing import ClassVar, cast
 from simulator.errors import ConfigError
 from topologies.types import Topology
 from workloads.axonn.params import Grid
-from workloads.models import TransformerSpec
+from workloads.axonn.schedule import AxonnCalls
+from workloads.ops import bus_factor
 
 GROUP_ORDER = ("x", "y", "z", "data")
 PROBE_BYTES = 2**30  # 1 GiB messages, as the paper's bandwidth table
 
 
 def inner_products(grid: Grid) -> dict[str, int]:
-    return {"x": 1, "y": grid.x, "z": grid.x * grid.y, "data": grid.x * grid.y * grid.z}
+    """Product of the sizes of the groups inside each group kind (rank order X, Y, Z,
+    data; the X·Y plane and the world start at the innermost rank)."""
+    return {
+        "x": 1,
+        "y": grid.x,
+        "z": grid.x * grid.y,
+        "data": grid.x * grid.y * grid.z,
+        "xy": 1,
+        "world": 1,
+    }
 
 
 def own_sizes(grid: Grid) -> dict[str, int]:
-    return {"x": grid.x, "y": grid.y, "z": grid.z, "data": grid.data}
+    return {
+        "x": grid.x,
+        "y": grid.y,
+        "z": grid.z,
+        "data": grid.data,
+        "xy": grid.x * grid.y,
+        "world": grid.size,
+    }
 
 
 BandwidthFn = Callable[[int, int], float]
@@ -188,28 +211,30 @@ def layer_comm_s(
     return out
 
 
+def axonn_comm_bytes(calls: AxonnCalls, microbatches: int) -> dict[str, float]:
+    """Buffer bytes per group kind and rank in one iteration: what the estimate prices and
+    what the simulated program issues (tests/test_axonn_schedule.py checks both)."""
+    out: dict[str, float] = {}
+    for call, count in calls.iteration(microbatches):
+        out[call.group] = out.get(call.group, 0.0) + count * call.nbytes
+    return out
+
+
 def axonn_comm_estimate(
-    spec: TransformerSpec,
-    grid: Grid,
-    batch_tokens: int,
-    bandwidth: BandwidthFn,
-    microbatches: int = 1,
-    transpose_alternate: bool = True,
+    calls: AxonnCalls, microbatches: int, bandwidth: BandwidthFn
 ) -> CommEstimate:
-    """Eq. (6) summed over the model's linear layers (blocks + logits)."""
+    """Eq. (6) over every collective the simulated program issues: bus factor x buffer
+    bytes / β(inner product, own size) per call, summed by group kind."""
+    grid = calls.grid
     inner, own = inner_products(grid), own_sizes(grid)
-    beta = {g: (bandwidth(inner[g], own[g]) if own[g] > 1 else float("inf")) for g in GROUP_ORDER}
-    m = batch_tokens / grid.data
+    beta: dict[str, float] = {}
     total = dict.fromkeys(GROUP_ORDER, 0.0)
-    layers = [
-        (k, n, transpose_alternate and i % 2 == 1)
-        for i, (_, k, n) in enumerate(spec.linear_shapes())
-    ]
-    for k, n, tr in layers:
-        for g, v in layer_comm_s(k, n, m, grid, beta, spec.dtype_bytes, tr, microbatches).items():
-            total[g] += spec.layers * v
-    for g, v in layer_comm_s(
-        spec.hidden, spec.vocab, m, grid, beta, spec.dtype_bytes, False, microbatches
-    ).items():
-        total[g] += v
+    for call, count in calls.iteration(microbatches):
+        p = own[call.group]
+        if p <= 1:
+            continue  # a group of one moves nothing
+        if call.group not in beta:
+            beta[call.group] = bandwidth(inner[call.group], p)
+        t = count * bus_factor(call.kind, p) * call.nbytes / beta[call.group]
+        total[call.group] = total.get(call.group, 0.0) + t
     return CommEstimate(total)

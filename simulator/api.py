@@ -18,7 +18,7 @@ from simulator.config import ExperimentConfig
 from simulator.engine.core import Engine, EngineResult, MaterializationRequired, ProgressFn
 from simulator.errors import ConfigError, CostModelError
 from simulator.network.params import network_params_for
-from simulator.report import Report, build_report
+from simulator.report import Report, build_report, model_overrides
 from simulator.workload import WorkloadPlan, build_plan
 from topologies.hardware import gpu_spec
 from topologies.types import Topology
@@ -64,7 +64,7 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         topology,
         kernels,
         params,
-        overlap_slowdown=kernels.overlap_slowdown,
+        overlap_slowdown=kernels.interference,
         calibration=calibration,
         gpu=gpu.name,
     )
@@ -123,5 +123,8 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         model_flops=plan.model_flops,
         batch_tokens=config.training.batch_tokens,
         choices=[c.as_dict() for c in run_choices(plan, engines[-1], cost.pricer.decisions)],
+        stages=plan.stages,
+        model_overrides=model_overrides(config.model),
+        kernel_terms=kernels.describe(),
     )
     return Result(config=config, topology=topology, plan=plan, engine=result, report=report)

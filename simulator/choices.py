@@ -100,13 +100,18 @@ def _by_size(rows: list[tuple[float, str, Mapping[str, float]]]) -> str:
 def resolved_mapping(
     config_json: Mapping[str, Any], parameters: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The config with the run's chosen values filled in: AxoNN's grid, the hybrid and
-    Optimus degrees a strategy left open, and the microbatch size."""
+    """The config with the run's chosen values filled in: AxoNN's grid and weight cache,
+    the hybrid and Optimus degrees a strategy left open, and the microbatch size."""
     data = {k: dict(v) if isinstance(v, Mapping) else v for k, v in config_json.items()}
     par = dict(data.get("parallel") or {})
     strategy = par.get("strategy", "axonn")
     if strategy == "axonn" and isinstance(parameters.get("grid"), Mapping):
         par["grid"] = dict(parameters["grid"])
+    # the weight cache the grid search chose with the grid (left open: the implementation's own)
+    if strategy == "axonn" and par.get("weight_lifetime") is None:
+        if parameters.get("weight_lifetime") == "cache":
+            par["weight_lifetime"] = "cache"
+            par["cached_layers"] = parameters.get("cached_layers")
     for field in ("tp", "pp", "shard", "q"):
         if field in par and par[field] is None and parameters.get(field) is not None:
             par[field] = parameters[field]

@@ -23,7 +23,7 @@ from simulator.network.pricing import CollectivePricer
 from topologies.types import Topology
 from workloads.graph import OpGraph, Program
 from workloads.groups import ProcessGroups, strided_groups
-from workloads.ops import CollectiveKind, CollectiveOp, RecvOp, SendOp
+from workloads.ops import CollectiveKind, CollectiveOp, RecvOp, SendOp, bus_factor
 
 OPS = tuple(k.value for k in CollectiveKind)
 
@@ -42,21 +42,6 @@ class CollectiveResult:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
-
-
-def bus_factor(kind: CollectiveKind, p: int) -> float:
-    """nccl-tests bus-bandwidth factor."""
-    if p <= 1:
-        return 1.0
-    if kind is CollectiveKind.ALL_REDUCE:
-        return 2.0 * (p - 1) / p
-    if kind in (
-        CollectiveKind.ALL_GATHER,
-        CollectiveKind.REDUCE_SCATTER,
-        CollectiveKind.ALL_TO_ALL,
-    ):
-        return (p - 1) / p
-    return 1.0
 
 
 def strided_instances(num_gpus: int, group: int, stride: int, instances: str) -> np.ndarray:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from simulator.choices import Choice
 from simulator.config import ExperimentConfig
+from simulator.report import StagePlan
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 from workloads.graph import OpGraph
@@ -25,6 +26,7 @@ class WorkloadPlan:
     group_aliases: dict[str, str] = field(default_factory=dict)  # strategy group -> x/y/z/data
     model_flops: float = 0.0
     choices: tuple[Choice, ...] = ()  # what the builder chose by itself, with reasons
+    stages: tuple[StagePlan, ...] = ()  # pipeline stages (empty without a pipeline)
 
 
 PlanBuilder = Callable[[ExperimentConfig, TransformerSpec, Topology, GpuSpec], WorkloadPlan]

@@ -1,41 +1,64 @@
 """Configuration search for AxoNN: every valid 4D grid ranked by the analytical model, the
-top K simulated.
+most promising re-ranked by a static replay of their programs, the best few simulated.
 
 Valid grids: X·Y·Z·data = GPUs with each factor a divisor, model dimensions divisible as
 the layers require, the batch divisible by data·Z, and the model states plus one
 microbatch fitting in GPU memory. Each grid is evaluated with the microbatch size
-`simulate` would pick (the largest that fits), and the analytical model counts its Z
-collectives once per microbatch (exactly the paper's model for one microbatch).
+`simulate` would pick (the largest that fits). Unless the config fixes the weight
+lifetime, a grid is also tried with weight caching (Megatron-AxoNN's cache) for as many
+blocks as fit beside that microbatch: caching is a searched knob under the memory limit.
+
+Three stages, each cheaper per candidate than the next:
+1. `rank_grids`: the analytical model (simulator/analytical.py) over every candidate —
+   every collective of the program on its group's measured bandwidth;
+2. `screen_candidates`: the `screen` best of them replayed statically
+   (simulator/estimate.py): compute from the kernel model, overlap as issued;
+3. `simulate_candidates`: the `top` best of the replay simulated; the fastest wins.
+The paper's procedure is stage 1 then 3 (its top 10); stage 2 catches grids whose
+communication hides (or fails to hide) behind compute differently than their volume says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator.analytical import (
     BandwidthFn,
     PaperBandwidths,
     TopologyBandwidths,
     axonn_comm_estimate,
+    inner_products,
+    own_sizes,
 )
 from simulator.config import ExperimentConfig
 from simulator.errors import ConfigError
 from topologies.hardware import GpuSpec
 from workloads.axonn.params import AxonnParallel, Grid
-from workloads.axonn.workload import TrainingSetup, check_grid, choose_microbatch, memory_for
+from workloads.axonn.workload import (
+    TrainingSetup,
+    axonn_calls,
+    build_axonn_workload,
+    check_grid,
+    choose_microbatch,
+    memory_for,
+)
 from workloads.errors import WorkloadError
 from workloads.models import TransformerSpec
+from workloads.ops import bus_factor
 from workloads.run import divisors
 
 if TYPE_CHECKING:
     from simulator.api import Result
+    from simulator.engine.compiled import CommInfo
+
+DEFAULT_SCREEN = 40  # candidates replayed statically (stage 2), a few seconds at 32,768 GPUs
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One grid with its modelled (and, if simulated, simulated) cost."""
+    """One grid and weight policy with its modelled, estimated and simulated cost."""
 
     grid: Grid
     microbatch_sequences: int
@@ -43,20 +66,44 @@ class Candidate:
     memory_bytes: float
     model_comm_time_s: float
     model_comm_by_group_s: dict[str, float]
+    weight_lifetime: str | None = None  # None: the implementation's own
+    cached_layers: int | None = None
     model_rank: int = 0
+    estimated_iteration_time_s: float | None = None
+    estimated_rank: int | None = None
     simulated_iteration_time_s: float | None = None
     simulated_rank: int | None = None
+
+    def params(self, base: AxonnParallel) -> AxonnParallel:
+        """The parallel settings this candidate stands for."""
+        return base.model_copy(
+            update={
+                "grid": self.grid,
+                "weight_lifetime": self.weight_lifetime,
+                "cached_layers": self.cached_layers,
+            }
+        )
+
+    @property
+    def label(self) -> str:
+        g = self.grid
+        cache = f", cache {self.cached_layers}" if self.cached_layers else ""
+        return f"{g.x},{g.y},{g.z},{g.data}{cache}"
 
     def as_dict(self) -> dict[str, object]:
         g = self.grid
         return {
             "grid": {"x": g.x, "y": g.y, "z": g.z, "data": g.data},
+            "weight_lifetime": self.weight_lifetime,
+            "cached_layers": self.cached_layers,
             "microbatch_sequences": self.microbatch_sequences,
             "microbatches": self.microbatches,
             "memory_per_gpu_bytes": self.memory_bytes,
             "model_comm_time_s": self.model_comm_time_s,
             "model_comm_by_group_s": self.model_comm_by_group_s,
             "model_rank": self.model_rank,
+            "estimated_iteration_time_s": self.estimated_iteration_time_s,
+            "estimated_rank": self.estimated_rank,
             "simulated_iteration_time_s": self.simulated_iteration_time_s,
             "simulated_rank": self.simulated_rank,
         }
@@ -83,7 +130,75 @@ def bandwidth_provider(config: ExperimentConfig, source: str, gpus_per_node: int
     def build(nodes: int):
         return build_topology(config.cluster.model_copy(update={"nodes": nodes, "gpus": None}))
 
-    return TopologyBandwidths(config.cluster.machine, gpus_per_node, build, config.engine.network)
+    return _measurable(
+        TopologyBandwidths(config.cluster.machine, gpus_per_node, build, config.engine.network)
+    )
+
+
+UNMEASURABLE_BPS = 1.0
+"""Bandwidth given to groups the topology probe cannot measure (ranks them last)."""
+
+
+def _measurable(bw: BandwidthFn) -> BandwidthFn:
+    """The topology bandwidths, except that a group the probe cannot place (its machine
+    fails to build) gets UNMEASURABLE_BPS instead of failing the whole ranking: such
+    grids go to the end of the model's order."""
+
+    def beta(inner: int, own: int) -> float:
+        try:
+            return bw(inner, own)
+        except ConfigError:
+            return UNMEASURABLE_BPS
+
+    return beta
+
+
+def _most_cached_layers(
+    spec: TransformerSpec,
+    grid: Grid,
+    params: AxonnParallel,
+    training: TrainingSetup,
+    mbs: int,
+    capacity: float,
+) -> int:
+    """The most blocks whose gathered weights fit in memory beside microbatch `mbs` (memory
+    grows with every cached block, so bisect)."""
+
+    def fits(k: int) -> bool:
+        p = params.model_copy(update={"weight_lifetime": "cache", "cached_layers": k})
+        return memory_for(spec, grid, p, training, mbs).total <= capacity
+
+    lo, hi = 0, spec.layers
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _candidate(
+    spec: TransformerSpec,
+    grid: Grid,
+    params: AxonnParallel,
+    training: TrainingSetup,
+    mbs: int,
+    micro: int,
+    bandwidth: BandwidthFn,
+) -> Candidate:
+    est = axonn_comm_estimate(axonn_calls(spec, grid, params, training, mbs), micro, bandwidth)
+    mem = memory_for(spec, grid, params, training, mbs).total
+    return Candidate(
+        grid,
+        mbs,
+        micro,
+        mem,
+        est.total_s,
+        est.by_group_s,
+        params.weight_lifetime,
+        params.cached_layers,
+    )
 
 
 def rank_grids(
@@ -94,8 +209,9 @@ def rank_grids(
     gpu: GpuSpec,
     bandwidth: BandwidthFn,
 ) -> list[Candidate]:
-    """All valid, memory-feasible grids, best first by the analytical model."""
+    """All valid, memory-feasible candidates, best first by the analytical model."""
     out: list[Candidate] = []
+    search_cache = params.weight_lifetime is None
     for grid in all_grids(gpus):
         try:
             per_gpu = check_grid(spec, grid, params, training, gpus)
@@ -109,13 +225,72 @@ def rank_grids(
         if per_gpu % mbs:
             continue
         micro = per_gpu // mbs
-        est = axonn_comm_estimate(
-            spec, grid, training.batch_tokens, bandwidth, micro, params.transpose_alternate
-        )
-        mem = memory_for(spec, grid, params, training, mbs).total
-        out.append(Candidate(grid, mbs, micro, mem, est.total_s, est.by_group_s))
-    out.sort(key=lambda c: (c.model_comm_time_s, c.grid.z, c.grid.y, c.grid.x))
+        out.append(_candidate(spec, grid, params, training, mbs, micro, bandwidth))
+        if search_cache and grid.z > 1:
+            k = _most_cached_layers(spec, grid, params, training, mbs, gpu.memory_bytes)
+            if k > 0:
+                cached = params.model_copy(update={"weight_lifetime": "cache", "cached_layers": k})
+                out.append(_candidate(spec, grid, cached, training, mbs, micro, bandwidth))
+    out.sort(
+        key=lambda c: (c.model_comm_time_s, c.grid.z, c.grid.y, c.grid.x, c.cached_layers or 0)
+    )
     return [replace(c, model_rank=i + 1) for i, c in enumerate(out)]
+
+
+def analytical_comm_time(grid: Grid, bandwidth: BandwidthFn) -> Callable[[CommInfo], float]:
+    """A collective's time alone on its group's bandwidth: bus factor x bytes / β (the
+    analytical model's price of one call)."""
+    inner, own = inner_products(grid), own_sizes(grid)
+    beta: dict[str, float] = {}
+
+    def time_s(info: CommInfo) -> float:
+        p = own.get(info.group, 1)
+        if p <= 1:
+            return 0.0
+        if info.group not in beta:
+            beta[info.group] = bandwidth(inner[info.group], p)
+        return bus_factor(info.kind, p) * info.nbytes / beta[info.group]
+
+    return time_s
+
+
+def screen_candidates(
+    config: ExperimentConfig,
+    candidates: list[Candidate],
+    screen: int,
+    bandwidth: BandwidthFn,
+    gpu: GpuSpec,
+) -> list[Candidate]:
+    """Replay the first `screen` candidates' programs statically and put them in the order
+    of their estimated iteration time (the rest follow in the model's order)."""
+    from simulator.estimate import replay_iteration_s
+    from simulator.plan import training_setup
+
+    if screen <= 0 or not candidates:
+        return candidates
+    kernels = _kernel_model(config, gpu)
+    base = config.parallel
+    assert isinstance(base, AxonnParallel)
+    spec, training = config.model.spec(), training_setup(config)
+    head, tail = candidates[:screen], candidates[screen:]
+    estimated = []
+    for c in head:
+        graph = build_axonn_workload(spec, c.params(base), c.grid, training, c.microbatch_sequences)
+        t = replay_iteration_s(graph.programs[0], kernels, analytical_comm_time(c.grid, bandwidth))
+        estimated.append(replace(c, estimated_iteration_time_s=t))
+    estimated.sort(key=lambda c: (c.estimated_iteration_time_s, c.model_rank))
+    estimated = [replace(c, estimated_rank=i + 1) for i, c in enumerate(estimated)]
+    return estimated + tail
+
+
+def _kernel_model(config: ExperimentConfig, gpu: GpuSpec) -> Any:
+    from simulator.cost.calibration import load_calibration
+    from simulator.cost.kernels import KernelModel
+
+    calibration = None
+    if config.engine.calibration:
+        calibration = load_calibration(config.engine.calibration)
+    return KernelModel(gpu, calibration=calibration)
 
 
 def simulate_candidates(
@@ -128,13 +303,14 @@ def simulate_candidates(
     and the Result of the best simulated one."""
     from simulator.api import simulate
 
+    base = config.parallel
+    assert isinstance(base, AxonnParallel)
     chosen = candidates[:top]
     results = []
     for i, c in enumerate(chosen):
-        g = c.grid
         cfg = config.model_copy(
             update={
-                "parallel": config.parallel.model_copy(update={"grid": g}),
+                "parallel": c.params(base),
                 "training": config.training.model_copy(
                     update={"microbatch_sequences": c.microbatch_sequences}
                 ),
@@ -154,6 +330,52 @@ def simulate_candidates(
     ]
     best = results[order[0]] if results else None
     return updated, best
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a search did: every candidate in its final order, and the best simulation."""
+
+    candidates: list[Candidate]
+    best: Result | None
+    bandwidths: str
+    screened: int
+
+    @property
+    def best_candidate(self) -> Candidate | None:
+        done = [c for c in self.candidates if c.simulated_rank == 1]
+        return done[0] if done else None
+
+
+def search(
+    config: ExperimentConfig,
+    top: int = 10,
+    screen: int = DEFAULT_SCREEN,
+    bandwidths: str = "topology",
+    on_done: Callable[[int, int], None] | None = None,
+) -> SearchOutcome:
+    """`axsim search`: rank, screen, simulate (see the module docstring)."""
+    from topologies.hardware import gpu_spec
+
+    params = config.parallel
+    if not isinstance(params, AxonnParallel):
+        raise ConfigError(
+            f"parallel.strategy: axsim search ranks AxoNN grids, not {params.strategy}; "
+            "use axsim compare-strategies for the other strategies"
+        )
+    n = config.cluster.num_gpus
+    if n is None:
+        raise ConfigError("axsim search needs a machine preset with a GPU count")
+    gpu = gpu_spec(config.cluster.gpu_type)
+    bw = bandwidth_provider(config, bandwidths, config.cluster.gpus_per_node)
+    ranked = rank_grids(config.model.spec(), params, search_training(config), n, gpu, bw)
+    if not ranked:
+        raise ConfigError(
+            f"no valid, memory-feasible AxoNN grid for {config.model.name} on {n} GPUs"
+        )
+    screened = screen_candidates(config, ranked, max(screen, 0), bw, gpu)
+    done, best = simulate_candidates(config, screened, top, on_done)
+    return SearchOutcome(done, best, bandwidths, min(max(screen, 0), len(ranked)))
 
 
 def search_training(config: ExperimentConfig) -> TrainingSetup:

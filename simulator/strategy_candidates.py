@@ -18,7 +18,7 @@ from simulator.config import ExperimentConfig
 from topologies.hardware import GpuSpec
 from workloads.axonn.params import AxonnParallel
 from workloads.errors import WorkloadError
-from workloads.hybrid.configure import candidate_setups, pick_microbatch
+from workloads.hybrid.configure import candidate_setups, pick_microbatch, sharding_of
 from workloads.hybrid.memory import hybrid_memory
 from workloads.hybrid.params import (
     FsdpPpParallel,
@@ -75,14 +75,16 @@ def hybrid_variants(strategy: str, cluster: ClusterShape) -> list[HybridParallel
     if strategy == "zeropp":
         return [ZeroppParallel()]
     if strategy == "zeropp-hier":
+        # the paper's hierarchy first; the assignment that is ZeRO++ itself is left out
         default = ZeroppHierParallel()
+        zeropp = sharding_of(ZeroppParallel())
         others = [
             ZeroppHierParallel(forward_partition=f, backward_partition=b, gradient_partition=g)
             for f in LEVELS
             for b in LEVELS
             for g in LEVELS
         ]
-        return [default, *[o for o in others if o != default]]
+        return [default, *[o for o in others if o != default and sharding_of(o) != zeropp]]
     if strategy == "fsdp-tp":
         return [FsdpTpParallel(sequence_parallel=True)]
     if strategy == "fsdp-pp":  # weights kept for the iteration (torchtitan) or re-gathered
@@ -192,7 +194,12 @@ def axonn_candidates(
         if c.memory_bytes > cluster.capacity_bytes:
             continue
         g = c.grid
-        parallel = {"strategy": "axonn", "grid": {"x": g.x, "y": g.y, "z": g.z, "data": g.data}}
+        parallel: dict[str, object] = {
+            "strategy": "axonn",
+            "grid": {"x": g.x, "y": g.y, "z": g.z, "data": g.data},
+        }
+        if c.cached_layers:
+            parallel.update(weight_lifetime="cache", cached_layers=c.cached_layers)
         out.append(
             Candidate(
                 "axonn", parallel, c.microbatch_sequences, c.memory_bytes, (c.model_comm_time_s,)

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from simulator.choices import Choice, memory_reason
 from simulator.config import ExperimentConfig
-from simulator.plan import PlanBuilder, WorkloadPlan, cluster_shape, training_setup
+from simulator.plan import PlanBuilder, StagePlan, WorkloadPlan, cluster_shape, training_setup
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
-from workloads.axonn.memory import axonn_memory
 from workloads.axonn.params import AxonnParallel
+from workloads.axonn.workload import memory_for
 from workloads.hybrid.configure import choose_setup
-from workloads.hybrid.memory import hybrid_memory, max_batch_sequences
+from workloads.hybrid.memory import hybrid_memory, max_batch_sequences, stage_memory
 from workloads.hybrid.params import HybridParallel
-from workloads.hybrid.setup import HybridSetup
+from workloads.hybrid.setup import HybridSetup, stage_chunks
 from workloads.hybrid.workload import build_hybrid_workload
 from workloads.memory import largest_fitting
 from workloads.models import TransformerSpec, model_flops_per_iteration
@@ -46,9 +46,32 @@ def hybrid_grid(setup: HybridSetup) -> dict[str, int]:
         "z": setup.shard if setup.sharded else 1,
         "data": setup.replicate if setup.sharded else setup.dp,
     }
+    if setup.cp > 1:
+        grid["context"] = setup.cp
     if setup.pp > 1:
         grid["pipeline"] = setup.pp
     return grid
+
+
+def hybrid_stages(spec: TransformerSpec, setup: HybridSetup) -> tuple[StagePlan, ...]:
+    """The pipeline stages of a setup (none without a pipeline)."""
+    if setup.pp == 1:
+        return ()
+    per_stage = setup.world // setup.pp  # ranks are stage-major
+    out = []
+    for s in range(setup.pp):
+        chunks = stage_chunks(spec, setup, s)
+        out.append(
+            StagePlan(
+                stage=s,
+                rank=s * per_stage,
+                layers=sum(c.stop - c.start for c in chunks),
+                embedding=any(c.first for c in chunks),
+                head=any(c.last for c in chunks),
+                memory_bytes=stage_memory(spec, setup, s).total,
+            )
+        )
+    return tuple(out)
 
 
 def hybrid_parameters(params: HybridParallel, setup: HybridSetup) -> dict[str, object]:
@@ -62,6 +85,8 @@ def hybrid_parameters(params: HybridParallel, setup: HybridSetup) -> dict[str, o
         microbatches=setup.microbatches,
         recompute=setup.recompute,
     )
+    if setup.stage_layers:
+        out["layers_per_stage"] = list(setup.stage_layers)
     if setup.sharded:
         out["shard"] = setup.shard
     return out
@@ -94,6 +119,7 @@ def _hybrid_plan(
             spec, config.training.batch_tokens, setup.recompute == "full"
         ),
         choices=hybrid_choices(config, setup, memory["total"], gpu.memory_bytes),
+        stages=hybrid_stages(spec, setup),
     )
 
 
@@ -216,16 +242,6 @@ def _axonn_max_batch(
     grid = Grid(x=g["x"], y=g["y"], z=g["z"], data=g["data"])
 
     def fits(b: int) -> bool:
-        mem = axonn_memory(
-            spec,
-            grid,
-            b,
-            checkpointing=config.training.activation_checkpointing,
-            oag="oag" in params.overlap,
-            cache_weights=params.cache_weights,
-            optimizer=config.training.optimizer,
-            transpose_alternate=params.transpose_alternate,
-        )
-        return mem.total <= cap
+        return memory_for(spec, grid, params, training_setup(config), b).total <= cap
 
     return largest_fitting(fits) * grid.z * grid.data

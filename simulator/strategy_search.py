@@ -5,6 +5,12 @@ For each strategy: enumerate its memory-feasible configurations
 symmetric mode, keep the fastest, and compute the largest batch its degrees fit.
 Everything `axsim compare-strategies` prints comes from `compare_strategies(...)`.
 
+All strategies run one global batch: when the requested one does not split evenly for
+some strategy, the nearest batch every strategy accepts is used instead and each outcome
+carries the note saying so (simulator/strategy_batch.py). Two strategies whose best
+configurations are the same program (ZeRO++ and a hierarchical ZeRO++ assignment equal
+to it) are reported as such, not as two results.
+
     from simulator.strategy_search import compare_strategies
     outcomes = compare_strategies("dgx-h100", 64, "llama2-7b", ["fsdp", "fsdp-tp"])
 """
@@ -14,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from copy import deepcopy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simulator.api import Result, simulate
@@ -22,11 +28,13 @@ from simulator.build import build_topology
 from simulator.config import ExperimentConfig, default_config_mapping, validate_config
 from simulator.errors import SimulatorError
 from simulator.plan import cluster_shape, training_setup
+from simulator.strategy_batch import BatchChoice, batch_granularities, choose_batch
 from simulator.strategy_candidates import Candidate, strategy_candidates
-from simulator.strategy_plans import plan_max_batch_sequences
+from simulator.strategy_plans import plan_max_batch_sequences, resolve_hybrid
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_spec
 from workloads.errors import WorkloadError
+from workloads.hybrid.params import HybridParallel
 from workloads.strategies import STRATEGY_NAMES
 
 DEFAULT_STRATEGIES = ("axonn", "megatron", "zero3", "zeropp", "fsdp-tp", "fsdp-pp", "optimus")
@@ -48,6 +56,9 @@ class StrategyOutcome:
     tried: list[tuple[Candidate, float]] = field(default_factory=list)
     note: str | None = None
     wall_time_s: float = 0.0
+    batch_note: str | None = None  # the requested batch did not divide: what was used
+    program_key: Any = None  # equal keys: the same program (hybrid setups, name aside)
+    same_program_as: str | None = None  # an earlier strategy that ran this same program
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -135,6 +146,8 @@ def search_strategy(
         r = out.result
         out.max_batch_sequences = plan_max_batch_sequences(r.config, r.plan, r.topology, gpu)
         out.note = None
+        if isinstance(r.config.parallel, HybridParallel):
+            out.program_key = replace(resolve_hybrid(r.config, r.topology, gpu), strategy="")
     out.wall_time_s = time.perf_counter() - t0
     return out
 
@@ -150,7 +163,8 @@ def compare_strategies(
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
     progress: Progress | None = None,
 ) -> list[StrategyOutcome]:
-    """Search every strategy on one machine, GPU count and model (same global batch)."""
+    """Search every strategy on one machine, GPU count and model (same global batch: the
+    requested one, or the nearest that every strategy can split; see `batch_note`)."""
     base = base_mapping(machine, gpus, model, batch_tokens, network)
     return compare_from_mapping(base, strategies, max_candidates=max_candidates, progress=progress)
 
@@ -174,26 +188,78 @@ def compare_from_mapping(
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
     progress: Progress | None = None,
 ) -> list[StrategyOutcome]:
-    """Search every strategy from one raw base config (no parallel section)."""
+    """Search every strategy from one raw base config (no parallel section); same global
+    batch for all (see `compare_strategies`)."""
     unknown = [s for s in strategies if s not in STRATEGY_NAMES]
     if unknown:
         raise WorkloadError(
             f"--strategies: unknown strategy '{unknown[0]}' (known: {', '.join(STRATEGY_NAMES)})"
         )
     # machine, GPU count, model and batch problems fail here, once
-    validate_config({**base, "parallel": base.get("parallel") or {"strategy": "axonn"}})
-    return [
+    config = validate_config({**base, "parallel": base.get("parallel") or {"strategy": "axonn"}})
+    base = deepcopy(base)
+    batch = comparison_batch(config, strategies)
+    if batch.adjusted:
+        seq = config.model.spec().seq_len
+        base["training"] = {**base.get("training", {}), "batch_tokens": batch.sequences * seq}
+    outcomes = [
         search_strategy(s, base, max_candidates=max_candidates, progress=progress)
         for s in strategies
     ]
+    for o in outcomes:
+        o.batch_note = batch.note
+    mark_same_programs(outcomes)
+    return outcomes
+
+
+def comparison_batch(config: ExperimentConfig, strategies: Sequence[str]) -> BatchChoice:
+    """The batch every strategy runs: the config's, or the nearest one all of them accept
+    (strategies with no valid configuration at any batch are left to report why)."""
+    spec = config.model.spec()
+    topology = build_topology(config.cluster)
+    gpu = gpu_spec(config.cluster.gpu or topology.gpu_type)
+    training = training_setup(config)
+    cluster = cluster_shape(config, topology, gpu)
+    tokens = config.training.batch_tokens
+    requested = max(1, round(tokens / spec.seq_len))
+    named = []
+    for s in strategies:
+        try:
+            named.append((s, batch_granularities(s, config, training, cluster)))
+        except (WorkloadError, SimulatorError, TopologyError):
+            named.append((s, set()))
+    choice = choose_batch(requested, named, spec.seq_len)
+    if tokens % spec.seq_len and choice.note is None:
+        note = (
+            f"training.batch_tokens: {tokens:,} tokens is not a whole number of "
+            f"{spec.seq_len}-token sequences; using {choice.sequences:,} sequences "
+            f"({choice.sequences * spec.seq_len:,} tokens)"
+        )
+        return BatchChoice(tokens // spec.seq_len, choice.sequences, note)
+    return choice
+
+
+def mark_same_programs(outcomes: Sequence[StrategyOutcome]) -> None:
+    """Point each outcome whose best configuration is the same program as an earlier
+    strategy's (e.g. a hierarchical ZeRO++ assignment equal to ZeRO++) at that strategy."""
+    seen: dict[Any, str] = {}
+    for o in outcomes:
+        if o.program_key is None:
+            continue
+        if o.program_key in seen:
+            o.same_program_as = seen[o.program_key]
+        else:
+            seen[o.program_key] = o.strategy
 
 
 def speedups(outcomes: Sequence[StrategyOutcome]) -> list[float | None]:
     """Iteration-time speedup of each strategy over the first one that ran (same batch,
-    so also the throughput ratio); None for strategies without a result."""
+    so also the throughput ratio); None for strategies without a result of their own."""
     ref = next((o.result.report.iteration_time_s for o in outcomes if o.result), None)
     return [
-        None if o.result is None or ref is None else ref / o.result.report.iteration_time_s
+        None
+        if o.result is None or ref is None or o.same_program_as
+        else ref / o.result.report.iteration_time_s
         for o in outcomes
     ]
 
@@ -201,11 +267,14 @@ def speedups(outcomes: Sequence[StrategyOutcome]) -> list[float | None]:
 def outcomes_json(outcomes: Sequence[StrategyOutcome]) -> list[dict[str, Any]]:
     """The `--json` contract: one object per strategy with `strategy`, `config`,
     `max_batch_sequences`, `speedup_vs_first` and every key of the simulate report
-    (skipped strategies carry `skipped` with the reason instead of the report)."""
+    (skipped strategies carry `skipped` with the reason instead of the report; a strategy
+    whose best run is the same program as an earlier one carries `same_program_as` and no
+    report; `batch_note` says when the requested batch was replaced by the nearest one
+    every strategy accepts)."""
     out = []
     for o, sp in zip(outcomes, speedups(outcomes), strict=True):
         entry: dict[str, Any] = {}
-        if o.result is not None:
+        if o.result is not None and not o.same_program_as:
             entry.update(o.result.report.to_json())
         entry.update(
             strategy=o.strategy,
@@ -215,7 +284,10 @@ def outcomes_json(outcomes: Sequence[StrategyOutcome]) -> list[dict[str, Any]]:
             candidates_feasible=o.feasible,
             candidates_simulated=len(o.tried),
             search_wall_time_s=o.wall_time_s,
+            batch_note=o.batch_note,
         )
+        if o.same_program_as:
+            entry["same_program_as"] = o.same_program_as
         if o.result is None:
             entry["skipped"] = o.note or "no result"
         out.append(entry)

@@ -13,7 +13,7 @@ from simulator.plan import PlanBuilder, WorkloadPlan, training_setup
 from simulator.strategy_plans import STRATEGY_PLAN_BUILDERS
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
-from workloads.axonn.params import AxonnParallel, Grid
+from workloads.axonn.params import AxonnParallel
 from workloads.models import TransformerSpec, model_flops_per_iteration
 from workloads.run import TrainingSetup
 
@@ -36,10 +36,11 @@ def _axonn_plan(
     training = training_setup(config)
     gpus = topology.num_gpus if config.cluster.num_gpus is None else config.cluster.num_gpus
     choices: list[Choice] = []
+    if params.grid is None:
+        params, chosen = _default_choice(config, spec, params, training, gpus, topology, gpu)
+        choices += chosen
     grid = params.grid
-    if grid is None:
-        grid, why = _default_grid(config, spec, params, training, gpus, topology, gpu)
-        choices.append(Choice("grid", str(grid), why))
+    assert grid is not None
     per_gpu = check_grid(spec, grid, params, training, gpus)
     mbs = t.microbatch_sequences or choose_microbatch(
         spec, grid, params, training, per_gpu, gpu.memory_bytes
@@ -57,7 +58,9 @@ def _axonn_plan(
             "microbatch_sequences": mbs,
             "microbatches": per_gpu // mbs,
             "overlap": list(params.overlap),
-            "cache_weights": params.cache_weights,
+            "implementation": params.implementation,
+            "weight_lifetime": graph.metadata["weight_lifetime"],
+            "cached_layers": graph.metadata["cached_layers"],
             "expert_mode": params.expert_mode,
         },
         grid={"x": grid.x, "y": grid.y, "z": grid.z, "data": grid.data},
@@ -77,7 +80,7 @@ def _axonn_microbatch_choice(mbs: int, per_gpu: int, needed: float, gpu: GpuSpec
     return Choice("microbatch", value, why)
 
 
-def _default_grid(
+def _default_choice(
     config: ExperimentConfig,
     spec: TransformerSpec,
     params: AxonnParallel,
@@ -85,31 +88,61 @@ def _default_grid(
     gpus: int,
     topology: Topology,
     gpu: GpuSpec,
-) -> tuple[Grid, str]:
-    """The analytical model's best grid (group bandwidths from axsim's own collective model
-    on the machine); the simple heuristic for custom topologies, where sub-machines cannot
-    be built to measure them. With the reason, for the report's choices."""
+) -> tuple[AxonnParallel, list[Choice]]:
+    """The search's choice without simulating (simulator/search.py stages 1 and 2): the
+    grid, and the weight cache where it helps and the lifetime is not fixed; the simple
+    heuristic grid for custom topologies, where sub-machines cannot be built to measure
+    group bandwidths. With the reasons, for the report's choices."""
     from workloads.axonn.workload import heuristic_grid
 
     if config.cluster.machine != "custom":
-        from simulator.search import bandwidth_provider, rank_grids
+        from simulator.search import (
+            DEFAULT_SCREEN,
+            bandwidth_provider,
+            rank_grids,
+            screen_candidates,
+        )
 
         bandwidth = bandwidth_provider(config, "topology", topology.gpus_per_node)
         ranked = rank_grids(spec, params, training, gpus, gpu, bandwidth)
         if ranked:
-            return ranked[0].grid, (
-                f"the analytical model's best of {len(ranked)} valid, memory-feasible grids "
+            screened = screen_candidates(config, ranked, DEFAULT_SCREEN, bandwidth, gpu)
+            best = screened[0]
+            replayed = min(DEFAULT_SCREEN, len(ranked))
+            how = (
+                f"best of the analytical model's top {replayed} of {len(ranked)} valid, "
+                f"memory-feasible grids replayed statically ({best.estimated_iteration_time_s:.3f} s "
+                f"estimated; ranking by AxoNN's Eqs. 1-7 with group bandwidths from axsim's "
+                f"collective model on {config.cluster.machine}; `axsim search` simulates the top ones)"
+                if best.estimated_iteration_time_s is not None
+                else f"the analytical model's best of {len(ranked)} valid, memory-feasible grids "
                 f"(AxoNN's Eqs. 1-7, group bandwidths from axsim's collective model on "
-                f"{config.cluster.machine}: {ranked[0].model_comm_time_s:.3f} s of "
-                "communication predicted; `axsim search` simulates the top ones)"
+                f"{config.cluster.machine}: {best.model_comm_time_s:.3f} s of communication "
+                "predicted; `axsim search` simulates the top ones)"
             )
+            chosen = best.params(params)
+            choices = [Choice("grid", str(best.grid), how)]
+            if params.weight_lifetime is None:  # the search tried caching (simulator/search.py)
+                cached = chosen.cached_layers or 0
+                value = (
+                    f"cache {cached} layer{'s' if cached != 1 else ''}"
+                    if chosen.weight_lifetime == "cache"
+                    else f"the {params.implementation} implementation's own"
+                )
+                choices.append(
+                    Choice(
+                        "weight lifetime",
+                        value,
+                        "searched with the grid under the memory limit; this candidate ranked first",
+                    )
+                )
+            return chosen, choices
         why = "no grid is memory-feasible for the analytical ranking; the heuristic grid"
     else:
         why = "custom topology (no sub-machines to measure group bandwidths): the heuristic grid"
     grid = heuristic_grid(spec, params, training, gpus, topology.gpus_per_node, gpu.memory_bytes)
-    return grid, (
-        f"{why}, the smallest tensor-parallel size whose model states fit, X inside a node"
-    )
+    reason = f"{why}, the smallest tensor-parallel size whose model states fit, X inside a node"
+    return params.model_copy(update={"grid": grid}), [Choice("grid", str(grid), reason)]
 
 
 PLAN_BUILDERS: dict[str, PlanBuilder] = {"axonn": _axonn_plan, **STRATEGY_PLAN_BUILDERS}

@@ -15,7 +15,7 @@ from simulator.analytical import (
 from simulator.errors import ConfigError
 from validation.figures.experiments import axonn_grid, axonn_ranking
 from workloads.axonn.params import Grid
-from workloads.models import model_preset
+from workloads.models import TransformerSpec, model_preset
 
 BETA = {"x": 1.0, "y": 2.0, "z": 4.0, "data": 8.0}
 
@@ -54,20 +54,58 @@ def test_microbatches_repeat_only_the_z_collectives() -> None:
     assert {k: three[k] for k in ("x", "y", "data")} == {k: one[k] for k in ("x", "y", "data")}
 
 
-def test_model_total_sums_layers_eq6() -> None:
-    """Pure data parallelism: only Eq. (5), summed over every linear weight (blocks and
-    the logits layer): 2(d-1)/d * bytes(weights) / beta."""
+def _calls(spec, grid, implementation, tokens=2048, lifetime=None):  # type: ignore[no-untyped-def]
+    from workloads.axonn.implementation import PRESETS, WeightPolicy
+    from workloads.axonn.schedule import AxonnCalls
+
+    preset = PRESETS[implementation]
+    policy = WeightPolicy(lifetime or preset.default_lifetime, 0)
+    return AxonnCalls(spec, grid, preset, policy, tokens, True)
+
+
+@pytest.mark.parametrize("implementation", ["sc24", "axonn-0.2"])
+def test_pure_data_parallel_counts_only_the_gradient_sync(implementation: str) -> None:
+    """Pure data parallelism: only Eq. (5), over every parameter a GPU stores, in the
+    implementation's gradient precision: 2(d-1)/d * bytes / beta (axonn-0.2 reduces the
+    position embedding over the world, which is the data group here)."""
     spec = model_preset("gpt-5b")
     beta = 25e9
-    est = axonn_comm_estimate(spec, Grid(data=8), 2**20, lambda inner, own: beta)
-    weights = (
-        spec.layers * sum(k * n for _, k, n in spec.linear_shapes()) + spec.hidden * spec.vocab
-    )
-    assert est.by_group_s["data"] == pytest.approx(2 * 7 / 8 * weights * spec.dtype_bytes / beta)
+    calls = _calls(spec, Grid(data=8), implementation)
+    est = axonn_comm_estimate(calls, 1, lambda inner, own: beta)
+    db = 4 if implementation == "sc24" else 2
+    total = sum(est.by_group_s.values())
+    assert total == pytest.approx(2 * 7 / 8 * calls.params_per_gpu() * db / beta)
     assert est.by_group_s["x"] == est.by_group_s["y"] == est.by_group_s["z"] == 0.0
-    assert est.total_s == pytest.approx(sum(est.by_group_s.values()))
-    single = axonn_comm_estimate(spec, Grid(), 2**20, lambda inner, own: beta)
+    assert est.total_s == pytest.approx(total)
+    single = axonn_comm_estimate(_calls(spec, Grid(), implementation), 1, lambda i, o: beta)
     assert single.total_s == 0.0  # groups of one GPU cost nothing
+
+
+def test_block_terms_are_the_papers_equations() -> None:
+    """The SC'24 code with its 'keep' lifetime issues per layer exactly the paper's (6):
+    all-gathers in forward and recompute, one reduce-scatter, the forward all-reduce twice,
+    the backward one once (the head and the gradient sync are extra terms)."""
+    spec = TransformerSpec(name="p", layers=3, hidden=64, heads=4, seq_len=16, vocab=256)
+    grid = Grid(x=2, y=2, z=4, data=2)
+    tokens = 32
+    calls = _calls(spec, grid, "sc24", tokens)
+    m = tokens * grid.z  # tokens of one data replica
+    beta = dict(BETA, xy=1.0, world=1.0)
+    want = dict.fromkeys(("x", "y", "z"), 0.0)
+    for i, (_, k, n) in enumerate(spec.linear_shapes()):
+        t = layer_comm_s(k, n, m, grid, beta, spec.dtype_bytes, i % 2 == 1)
+        for g in want:
+            want[g] += spec.layers * t[g]
+    from simulator.analytical import inner_products, own_sizes
+    from workloads.ops import bus_factor
+
+    got = dict.fromkeys(want, 0.0)
+    own = own_sizes(grid)
+    for layer in range(spec.layers):
+        for c in calls.block(layer, first_microbatch=True):
+            got[c.group] += bus_factor(c.kind, own[c.group]) * c.nbytes / beta[c.group]
+    assert inner_products(grid)["z"] == 4
+    assert got == pytest.approx(want)
 
 
 @pytest.mark.parametrize(

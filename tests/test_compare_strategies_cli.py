@@ -80,3 +80,63 @@ def test_unknown_strategy_in_compare(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["compare-strategies", *BASE, "--strategies", "fsdp,nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("axsim: error: --strategies: unknown strategy 'nope'")
+
+
+def test_a_batch_that_does_not_divide_runs_the_nearest_one_every_strategy_accepts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """24 GPUs (3 DGX nodes): FSDP needs a multiple of 24 sequences; 100 is not one, so the
+    comparison runs 96 (4 below; 120 is 20 above) and says so (the old code skipped)."""
+    args = ["compare-strategies", "--machine", "dgx-h100", "--gpus", "24", "--model", "gpt-tiny"]
+    args += ["--batch-tokens", str(100 * 32), "--strategies", "fsdp,zero3", "--json"]
+    assert main([*args, "--max-candidates", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for e in out:
+        assert "skipped" not in e
+        assert e["batch_tokens"] == 96 * 32
+        assert "using the nearest batch every strategy accepts, 96 sequences" in e["batch_note"]
+
+
+def test_identical_programs_are_reported_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """A hierarchical ZeRO++ assignment equal to ZeRO++ is the same program: the table
+    says so instead of showing its number twice."""
+    from simulator.strategy_search import mark_same_programs
+
+    outs = compare_strategies(
+        "dgx-h100", 16, "gpt-tiny", ["zeropp", "zero3"], batch_tokens=512, max_candidates=1
+    )
+    assert outs[0].program_key is not None and outs[0].program_key != outs[1].program_key
+    outs[1].program_key = outs[0].program_key  # as zeropp-hier (global, node, node) would be
+    mark_same_programs(outs)
+    assert outs[1].same_program_as == "zeropp"
+    from simulator.commands.compare_strategies import render_outcomes
+    from simulator.strategy_search import outcomes_json
+
+    entry = outcomes_json(outs)[1]
+    assert entry["same_program_as"] == "zeropp" and "iteration_time_s" not in entry
+    render_outcomes(outs, "t")
+    assert "same program as zeropp" in capsys.readouterr().out
+
+
+def test_nearest_common_batch_property() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from simulator.strategy_batch import accepts, nearest_common_batch
+
+    divs = [1, 2, 3, 4, 6, 8, 12, 16, 24, 48]
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.integers(1, 500),
+        st.lists(st.sets(st.sampled_from(divs), min_size=1, max_size=4), min_size=1, max_size=4),
+    )
+    def check(requested: int, sets: list[set[int]]) -> None:
+        n = nearest_common_batch(requested, sets)
+        assert n is not None and all(accepts(n, s) for s in sets)
+        closer = [
+            m for m in range(1, 2 * requested + 50) if abs(m - requested) < abs(n - requested)
+        ]
+        assert not any(all(accepts(m, s) for s in sets) for m in closer)
+
+    check()

@@ -26,15 +26,16 @@ def _whats(choices: list[dict[str, str]]) -> list[str]:
 def test_default_axonn_run_explains_grid_microbatch_mode_and_algorithms() -> None:
     report = simulate(load_config(None, SMALL)).report
     whats = _whats(report.choices)
-    assert whats[:3] == ["grid", "microbatch", "engine mode"]
+    # the grid search also picks the weight lifetime (a searched knob, simulator/search.py)
+    assert whats[:4] == ["grid", "weight lifetime", "microbatch", "engine mode"]
     assert any(w.startswith("algorithm ") for w in whats)
     for c in report.choices:
         assert c["value"] and c["reason"] and "\n" not in c["reason"]
     grid = report.choices[0]
     g = report.grid
     assert grid["value"] == f"{g['x']}x{g['y']}x{g['z']}x{g['data']}"
-    assert "analytical model's best of" in grid["reason"]
-    assert report.choices[2]["value"] == report.engine_mode
+    assert "analytical model's top" in grid["reason"] and "replayed" in grid["reason"]
+    assert report.choices[3]["value"] == report.engine_mode
 
 
 def test_given_values_are_not_choices() -> None:

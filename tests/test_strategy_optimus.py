@@ -10,6 +10,7 @@ import pytest
 from tests.strategy_helpers import SPEC, collectives, run
 from workloads.errors import WorkloadError
 from workloads.ops import CollectiveKind as K
+from workloads.ops import CollectiveOp, WaitOp
 from workloads.optimus.memory import optimus_max_batch_sequences, optimus_memory
 from workloads.optimus.params import OptimusParallel
 from workloads.optimus.workload import build_optimus_workload, optimus_setup
@@ -30,7 +31,7 @@ def _build(q: int, data: int = 1, mbs: int | None = None, checkpointing: bool = 
 def test_six_q_broadcasts_and_reduces_per_linear() -> None:
     q = 2
     _, g = _build(q, checkpointing=False)
-    ops = [op for op in collectives(g.programs[0], "L0.mlp_up.")]
+    ops = [op for op in collectives(g.programs[0], "L0.mlp_up.") if ".bias" not in op.name]
     kinds = Counter((op.kind.value, op.group) for op in ops)
     assert kinds == Counter(
         {
@@ -50,7 +51,9 @@ def test_layer_volume_matches_the_optimus_formula(q: int) -> None:
     summa = [
         op
         for op in collectives(g.programs[0], "L1.")
-        if op.kind in (K.BROADCAST, K.REDUCE) and ".stats" not in op.name
+        if op.kind in (K.BROADCAST, K.REDUCE)
+        and ".bias" not in op.name
+        and ".affine" not in op.name
     ]
     elems = sum(op.bytes for op in summa) / DB
     bsh = mbs * SPEC.seq_len * SPEC.hidden
@@ -59,12 +62,45 @@ def test_layer_volume_matches_the_optimus_formula(q: int) -> None:
 
 
 def test_layernorm_statistics_are_all_reduced_along_the_row() -> None:
+    """The released LayerNorm_summa all-reduces the sum and the sum of squares along the
+    row (forward), the gradient sums in backward; gamma and beta live on mesh row 0,
+    broadcast down the column in forward and reduced there in backward."""
     q, mbs = 2, 4
     _, g = _build(q, mbs=mbs, checkpointing=False)
-    stats = [op for op in collectives(g.programs[0], "L0.ln") if op.kind is K.ALL_REDUCE]
+    ln = collectives(g.programs[0], "L0.ln")
+    stats = [op for op in ln if op.kind is K.ALL_REDUCE]
     assert {op.group for op in stats} == {"row"}
-    assert len(stats) == 4  # two LayerNorms, forward and backward
-    assert {op.bytes for op in stats} == {2 * mbs * SPEC.seq_len / q * 4}
+    assert len(stats) == 8  # two LayerNorms x (2 forward + 2 backward)
+    assert {op.bytes for op in stats} == {mbs * SPEC.seq_len / q * DB}
+    affine = Counter((op.kind, op.group, op.root) for op in ln if ".affine" in op.name)
+    assert affine == {(K.BROADCAST, "col", 0): 4, (K.REDUCE, "col", 0): 4}
+
+
+def test_biases_and_collectives_block_as_the_released_code() -> None:
+    """SUMMAbias: a bias broadcast down the column per forward and reduced per backward
+    (not on QKV, which has no bias); every broadcast and reduce is blocking."""
+    _, g = _build(2, checkpointing=False)
+    prog = g.programs[0]
+    bias = [op for op in collectives(prog, "L0.") if ".bias" in op.name]
+    assert sorted((op.name.split(".")[1], op.kind.value) for op in bias) == sorted(
+        (n, k) for n in ("attn_out", "mlp_up", "mlp_down") for k in ("broadcast", "reduce")
+    )
+    waits = {op.target: i for i, op in enumerate(prog.ops) if isinstance(op, WaitOp)}
+    summa = [
+        i
+        for i, op in enumerate(prog.ops)
+        if isinstance(op, CollectiveOp) and op.kind in (K.BROADCAST, K.REDUCE)
+    ]
+    assert summa and all(waits.get(i) == i + 1 for i in summa)  # waited right away
+
+
+def test_embedding_broadcasts_vocabulary_blocks_q_times() -> None:
+    q = 2
+    _, g = _build(q, checkpointing=False)
+    emb = collectives(g.programs[0], "embedding.")
+    block = (SPEC.vocab // q) * (SPEC.hidden // q) * DB
+    kinds = Counter((op.kind, op.group, op.bytes) for op in emb)
+    assert kinds == {(K.BROADCAST, "col", block): 2 * q, (K.REDUCE, "col", block): q}
 
 
 def test_full_and_symmetric_agree() -> None:

@@ -3,6 +3,7 @@ cross-node volumes of baselines.md (ZeRO-3 about 3M, ZeRO++ about 0.75M)."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 
@@ -23,11 +24,12 @@ DB = SPEC.dtype_bytes
 
 
 def _by_name(graph, prefix: str) -> Counter:  # type: ignore[no-untyped-def]
-    """Weight collectives of one layer (the replicated biases' all-reduces left out)."""
+    """Weight collectives of one layer (the replicated biases' all-reduces and the
+    quantisation scales left out)."""
     return Counter(
         (op.kind.value, op.group, op.bytes)
         for op in collectives(graph.programs[0], prefix)
-        if ".bias" not in op.name
+        if ".bias" not in op.name and not op.name.endswith(".scales")
     )
 
 
@@ -67,19 +69,64 @@ def test_hsdp_all_reduces_the_shard_over_replicas_once() -> None:
 
 
 def test_zeropp_quantised_collectives_and_kernels() -> None:
+    """DeepSpeed quantises every all-gather under qwZ, the hpZ (secondary) ones too
+    (partition_parameters.py all_gather_coalesced(quantize=True) on ds_secondary_tensor)."""
     _, g = hybrid(ZeroppParallel(), 16, mbs=1, gpus_per_node=8)
-    e = next(lay.weight_elems for lay in block_linears(SPEC, 1) if lay.name == "qkv")
+    lay = next(lay for lay in block_linears(SPEC, 1) if lay.name == "qkv")
+    e = lay.weight_elems
     c = _by_name(g, "L0.qkv")
     assert c[("all-gather", "shard", e * 1.0)] == 1  # qwZ: int8 forward gather, global
-    assert c[("all-gather", "znode", e * DB)] == 2  # hpZ: recompute + backward in the node
+    assert c[("all-gather", "znode", e * 1.0)] == 2  # hpZ: recompute + backward in the node
     assert c[("all-to-all", "znode", e * 0.5)] == 1  # qgZ: int4 inside the node
     assert c[("all-to-all", "zinter", e * 0.5 / 8)] == 1  # then across nodes
+    # the fp32 scales follow each quantised collective (DeepSpeed's quant_handle and
+    # scale all-to-alls): one per ~8,000 weights (qwZ), max(rows, cols, world) (qgZ)
+    scales = [op for op in collectives(g.programs[0], "L0.qkv") if op.name.endswith(".scales")]
+    qwz_scale = 4.0 * math.ceil(e / 8000)
+    groups = max(lay.k_local, lay.n_local, 16)
+    assert Counter((op.kind.value, op.group, op.bytes) for op in scales) == {
+        ("all-gather", "shard", qwz_scale): 1,
+        ("all-gather", "znode", qwz_scale): 2,
+        ("all-to-all", "znode", 4.0 * groups): 1,
+        ("all-to-all", "zinter", 4.0 * (groups // 8)): 1,
+    }
     quant = [
         op
         for op in g.programs[0].ops
         if isinstance(op, ComputeOp) and op.kind is ComputeKind.QUANTIZE and "L0.qkv" in op.name
     ]
-    assert len(quant) == 2 + 4  # qwZ quantise + dequantise; qgZ 2 levels x (quant, dequant)
+    assert len(quant) == 3 * 2 + 4  # qwZ (quant, dequant) x 3 gathers; qgZ 2 x (quant, dequant)
+
+
+def test_zeropp_later_forwards_read_the_secondary_partition() -> None:
+    """Only the first forward of an iteration gathers from the global primary shards; it
+    fills the hpZ partition, which the later microbatches' forwards read (DeepSpeed's
+    use_secondary_tensor once ds_secondary_tensor is set)."""
+    _, g = hybrid(ZeroppParallel(), 16, sequences=16 * 3, mbs=1, gpus_per_node=8)
+    fwd = [
+        op.group
+        for op in collectives(g.programs[0], "L0.qkv")
+        if op.kind is K.ALL_GATHER and op.phase == "fwd" and not op.name.endswith(".scales")
+    ]
+    assert fwd == ["shard", "znode", "znode"]  # microbatches 1, 2 (standing for the middle), 3
+
+
+def test_zeropp_hier_default_is_the_pair_hierarchy_and_never_zeropp() -> None:
+    from simulator.strategy_candidates import hybrid_variants
+    from workloads.hybrid.configure import sharding_of
+    from workloads.run import ClusterShape
+
+    _, g = hybrid(ZeroppHierParallel(), 16, mbs=1, gpus_per_node=8)
+    groups = Counter(
+        op.group
+        for op in collectives(g.programs[0], "L0.qkv")
+        if ".bias" not in op.name and not op.name.endswith(".scales")
+    )
+    assert groups == {"shard": 1, "zpair": 3, "znode_x": 1, "zinter": 1}
+    variants = hybrid_variants("zeropp-hier", ClusterShape(16, 8, 64e9))
+    assert variants[0] == ZeroppHierParallel()
+    assert sharding_of(ZeroppParallel()) not in {sharding_of(v) for v in variants}
+    assert len(variants) == 26
 
 
 def test_zeropp_hier_pair_levels() -> None:

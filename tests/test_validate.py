@@ -11,12 +11,14 @@ that the exit status agrees with the table, not which cases pass.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from simulator.cli import main
-from validation.published import axonn_bandwidths, axonn_perlmutter, load_yaml
-from validation.validate import Case, CaseResult, all_cases, select_cases
+from validation.claim_cases import claim_cases
+from validation.published import axonn_bandwidths, axonn_frontier, axonn_perlmutter, load_yaml
+from validation.validate import Case, CaseResult, all_cases, run_validation, select_cases
 
 SUBSET = "perlmutter-512-gpt-5b,bw-,nvswitch-,gemm-"
 
@@ -26,17 +28,22 @@ def test_every_published_number_is_a_case() -> None:
     assert len(names) == len(set(names))
     expected = (
         len(axonn_perlmutter())
+        + len(axonn_frontier())
+        + len(load_yaml("axonn_frontier_overlap")["steps"])
         + len(axonn_bandwidths())
         + 2 * len(load_yaml("nccl_nvswitch")["rows"])
         + 2  # Vidur GEMMs, A100 and H100
         + 1  # overlap
+        + len(claim_cases())  # the seed papers' claims
     )
     assert len(names) == expected
     for c in all_cases():
-        assert c.source and c.cite and c.published > 0
+        assert c.source and c.cite and (c.published is None or c.published > 0)
     assert {c.tolerance_pct for c in select_cases("perlmutter")} == {10.0}
     # predictions are kept apart from the measurements constants were fitted on
     assert {c.role for c in select_cases("perlmutter")} == {"prediction"}
+    assert {c.role for c in select_cases("frontier-")} == {"prediction"}
+    assert len(select_cases("frontier-overlap-")) == 4
     assert {c.role for c in select_cases("bw-")} == {"fit"}
 
 
@@ -48,6 +55,16 @@ def test_error_and_status() -> None:
     assert CaseResult(case, None, "boom").status == "failed"
     info = Case("y", "q", "u", 53.0, None, "c", "s", lambda r: [], lambda r: (0.0, ""))
     assert CaseResult(info, 1.0, "").status == "info"
+    absolute = Case("a", "q", "", 0.94, None, "c", "s", lambda r: [], lambda r: (0.0, ""))
+    absolute = replace(absolute, tolerance_abs=0.05)
+    assert CaseResult(absolute, 0.985, "").status == "ok"
+    assert CaseResult(absolute, 0.995, "").status == "outside"
+    bound = Case("b", "q", "x", 8.0, None, "c", "s", lambda r: [], lambda r: (0.0, ""), at_least=4)
+    assert [CaseResult(bound, v, "").status for v in (4.0, 3.9)] == ["ok", "outside"]
+    assert bound.tolerance_text == ">= 4" and absolute.tolerance_text == "±0.05"
+    missing = Case("m", "q", "", None, None, "c", "s", lambda r: [], lambda r: (None, ""))
+    assert CaseResult(missing, None, "no crossover").status == "info"
+    assert CaseResult(missing, None, "boom", failed=True).status == "failed"
 
 
 def test_validate_runs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,3 +89,23 @@ def test_table_output_and_unknown_case(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["validate", "--only", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("axsim: error: --only: no case 'nope'") and "\n" not in err
+
+
+def test_claim_cases_run_end_to_end_on_their_stand_ins() -> None:
+    """The claim cases' whole path (tasks, shared simulations, ratios, verdicts) on the
+    claim files' small stand-in setups; the full setups run in `axsim validate`."""
+    cases = claim_cases(stand_in=True)
+    assert [c.name for c in cases] == [c.name for c in select_cases("zeropp-,optimus-,fernandez-")]
+    assert {c.role for c in cases} == {"prediction"}
+    results, _ = run_validation(cases, jobs=1)
+    by = {r.case.name: r for r in results}
+    for r in results:
+        assert r.status != "failed", r.detail
+    assert by["zeropp-frontier-ratio"].simulated > 0
+    assert "hierarchical" in by["zeropp-frontier-ratio"].detail
+    assert 0 < by["zeropp-frontier-scaling"].simulated <= 1.2
+    assert by["optimus-frontera-speedup"].simulated > 0
+    # Optimus partitions activations in 2D: it fits more than Megatron at tp = q^2
+    assert by["optimus-frontera-max-batch"].simulated > 1
+    assert by["fernandez-crossover"].status == "info"
+    assert by["fernandez-crossover"].case.tolerance_text == "info"

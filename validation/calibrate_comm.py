@@ -42,12 +42,11 @@ import numpy as np
 
 from simulator.cost.calibration import BusBwPoint, CollectiveTable
 from simulator.errors import SimulatorError
-from simulator.microbench import bus_factor
 from validation.calibrate_fit import SizePoint, fit_piecewise, segment_time_s
 from validation.calibrate_host import HostStats
 from validation.calibrate_kernels import Statistic, resolve_statistic
 from validation.measured import MeasuredRun
-from workloads.ops import CollectiveKind
+from workloads.ops import CollectiveKind, bus_factor
 
 SweepKey = tuple[str, str, str, int]
 """(GPU, collective kind, tier, group size)."""

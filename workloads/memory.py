@@ -22,6 +22,15 @@ LOGIT_BYTES_PER_ELEM_EXTRA = (
 FRAGMENTATION_FRACTION = 0.10  # caching-allocator slack on short-lived tensors (assumption)
 
 
+def optimizer_bytes_per_param(optimizer: str, dtype_bytes: int) -> float:
+    """Optimizer-state bytes per parameter beside the weights and gradients. Mixed
+    precision (2-byte weights) keeps an fp32 master copy: Adam 4 + 8 (moments), SGD 4.
+    Training in fp32 (the Optimus release's default) updates the weights in place: Adam 8,
+    SGD 0 (ZeRO paper, Rajbhandari et al. 2020, Sec. 3.1: K = 12 for mixed-precision Adam)."""
+    master = 4.0 if dtype_bytes < 4 else 0.0
+    return master + (8.0 if optimizer == "adam" else 0.0)
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes per GPU by category."""

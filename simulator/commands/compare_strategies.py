@@ -9,6 +9,7 @@ import click
 
 from simulator.commands.params import NETWORK_HELP
 from simulator.errors import ConfigError
+from simulator.schema import stamp
 from simulator.strategy_search import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_STRATEGIES,
@@ -52,6 +53,10 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
         if o.result is None:
             table.add_row(o.strategy, "skipped", *["-"] * 6, "see below")
             continue
+        if o.same_program_as:
+            what = f"same program as {o.same_program_as}: {_config_text(o)}"
+            table.add_row(o.strategy, f"= {o.same_program_as}", *["-"] * 6, escape(what))
+            continue
         r = o.result.report
         table.add_row(
             o.strategy,
@@ -65,6 +70,9 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
             escape(_config_text(o)),
         )
     console = stdout_console()
+    note = next((o.batch_note for o in outcomes if o.batch_note), None)
+    if note:
+        console.print(f"[yellow]batch:[/] {escape(note)}")
     console.print(table)
     for o in outcomes:
         if o.result is None:
@@ -178,7 +186,7 @@ def register(app: click.Group) -> None:
                 base, names, max_candidates=max_candidates, progress=bar
             )
         if as_json:
-            click.echo(json.dumps(outcomes_json(outcomes), default=str))
+            click.echo(json.dumps([stamp(o) for o in outcomes_json(outcomes)], default=str))
             return
         gpus_text = cfg.cluster.num_gpus or "custom"
         render_outcomes(outcomes, f"{cfg.model.name} on {gpus_text} GPUs of {cfg.cluster.machine}")

@@ -8,6 +8,7 @@ import click
 
 from simulator.commands.params import NETWORK_HELP
 from simulator.commands.simulate import flag_overrides, resolve_config
+from simulator.schema import stamp
 
 
 def register(app: click.Group) -> None:
@@ -24,6 +25,13 @@ def register(app: click.Group) -> None:
         default=10,
         show_default=True,
         help="How many of the model's best grids to simulate.",
+    )
+    @click.option(
+        "--screen",
+        type=int,
+        default=None,
+        help="How many of the model's best candidates to replay statically before "
+        "simulating (default 40; 0: simulate the model's top K, the paper's procedure).",
     )
     @click.option(
         "--bandwidths",
@@ -62,6 +70,7 @@ def register(app: click.Group) -> None:
         batch_tokens: int | None,
         seq_len: int | None,
         top: int,
+        screen: int | None,
         bandwidths: str,
         network: str | None,
         calibration: str | None,
@@ -71,47 +80,38 @@ def register(app: click.Group) -> None:
     ) -> None:
         """Find the best AxoNN grid: analytical ranking of all grids, then simulation of the top K."""
         from simulator.errors import ConfigError
-        from simulator.search import (
-            bandwidth_provider,
-            rank_grids,
-            search_training,
-            simulate_candidates,
-        )
-        from topologies.hardware import gpu_spec
+        from simulator.render import count_bar
+        from simulator.search import DEFAULT_SCREEN, search
 
+        if screen is not None and screen < 0:
+            raise ConfigError(f"--screen must be non-negative, got {screen}")
         flags = flag_overrides(
             machine, gpus, model, None, batch_tokens, seq_len, None, None, network, calibration
         )
         cfg = resolve_config(config, "axonn", flags, sets)
-        if cfg.parallel.strategy != "axonn":
-            raise ConfigError(
-                f"parallel.strategy: axsim search ranks AxoNN grids, not {cfg.parallel.strategy}; "
-                "use axsim compare-strategies for the other strategies"
-            )
-        n = cfg.cluster.num_gpus
-        if n is None:
-            raise ConfigError("axsim search needs a machine preset with a GPU count")
-        gpu = gpu_spec(cfg.cluster.gpu_type)
-        bw = bandwidth_provider(cfg, bandwidths, cfg.cluster.gpus_per_node)
-        ranked = rank_grids(cfg.model.spec(), cfg.parallel, search_training(cfg), n, gpu, bw)
-        if not ranked:
-            raise ConfigError(
-                f"no valid, memory-feasible AxoNN grid for {cfg.model.name} on {n} GPUs"
-            )
-        from simulator.render import count_bar
-
-        label = f"simulating the model's top {min(top, len(ranked))} of {len(ranked)} grids"
+        label = f"simulating the {top} most promising grids"
         with count_bar(progress, label, "grids") as bar:
-            ranked, best = simulate_candidates(
-                cfg, ranked, top, None if bar is None else lambda done, n: bar(label, done, n)
+            outcome = search(
+                cfg,
+                top,
+                DEFAULT_SCREEN if screen is None else screen,
+                bandwidths,
+                None if bar is None else lambda done, n: bar(label, done, n),
             )
+        ranked, best = outcome.candidates, outcome.best
+        n = cfg.cluster.num_gpus
+        from topologies.hardware import gpu_spec
+
+        gpu = gpu_spec(cfg.cluster.gpu_type)
         if as_json:
             click.echo(
                 json.dumps(
-                    {
-                        "ranked": [c.as_dict() for c in ranked],
-                        "best": best.report.to_json() if best else None,
-                    },
+                    stamp(
+                        {
+                            "ranked": [c.as_dict() for c in ranked],
+                            "best": best.report.to_json() if best else None,
+                        }
+                    ),
                     default=str,
                 )
             )
@@ -128,23 +128,23 @@ def register(app: click.Group) -> None:
             "grid X,Y,Z,data",
             "microbatch",
             "model comm (s)",
+            "replay (s)",
             "simulated (s)",
             "sim rank",
         ):
             table.add_column(col, justify="right")
+
+        def secs(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
         for c in ranked[: max(top, 10)]:
-            g = c.grid
-            sim = (
-                "-"
-                if c.simulated_iteration_time_s is None
-                else f"{c.simulated_iteration_time_s:.3f}"
-            )
             table.add_row(
                 str(c.model_rank),
-                f"{g.x},{g.y},{g.z},{g.data}",
+                c.label,
                 f"{c.microbatch_sequences}x{c.microbatches}",
                 f"{c.model_comm_time_s:.3f}",
-                sim,
+                secs(c.estimated_iteration_time_s),
+                secs(c.simulated_iteration_time_s),
                 "-" if c.simulated_rank is None else str(c.simulated_rank),
             )
         stdout_console().print(table)

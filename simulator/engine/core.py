@@ -238,7 +238,7 @@ class Engine:
                     factor,
                     self.cost.overlap_slowdown,
                     durations,
-                    self._comm_estimator(rep) if self.cost.overlap_slowdown != 1.0 else None,
+                    self._comm_estimator(rep) if self.cost.stretches_overlap else None,
                 )
                 compiled[(pidx, factor)] = cp
             n = cp.num_ops

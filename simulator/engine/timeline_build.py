@@ -20,6 +20,7 @@ def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
     phases = np.empty(n, dtype=object)
     nbytes = np.zeros(n)
     flops = np.zeros(n)
+    launch = np.zeros(n)
     for i, op in enumerate(ops):
         names[i] = op.name
         phases[i] = op.phase
@@ -28,6 +29,7 @@ def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
             groups[i] = ""
             nbytes[i] = op.bytes
             flops[i] = op.flops
+            launch[i] = prog.launch_ps / PS_PER_S
         elif isinstance(op, CollectiveOp):
             kinds[i] = op.kind.value
             groups[i] = op.group
@@ -40,7 +42,13 @@ def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
             kinds[i] = "wait"
             groups[i] = ""
     streams = np.array(prog.stream_names, dtype=object)[np.asarray(prog.stream, dtype=np.int64)]
+    stretch = (
+        np.asarray(prog.stretch_ps, dtype=np.float64) / PS_PER_S if prog.stretch_ps else np.zeros(n)
+    )
     return {
+        "issue_s": np.asarray(prog.issue_ps, dtype=np.float64) / PS_PER_S,
+        "launch_s": launch,
+        "interference_s": stretch,
         "name": names,
         "kind": kinds,
         "group": groups,
@@ -84,4 +92,7 @@ def rank_timeline(
         flops=cols["flops"],
         phase=cols["phase"],
         sync_start_s=sync_s,
+        launch_s=cols["launch_s"],
+        interference_s=cols["interference_s"],
+        issue_s=cols["issue_s"],
     )

@@ -32,7 +32,7 @@ from simulator.network.schedules import (
     candidate_algorithms,
 )
 from topologies.types import Topology
-from workloads.ops import CollectiveKind
+from workloads.ops import CollectiveKind, bus_factor
 
 MAX_RING_SEARCH = 8  # brute-force the best intra-node ring up to this many GPUs
 BIND_CHUNK_FLOWS = 1 << 15
@@ -649,8 +649,6 @@ class CollectivePricer:
             bus = table.busbw_Bps(nbytes)
             if not bus:
                 return plain
-            from simulator.microbench import bus_factor
-
             alpha, total = 0.0, nbytes * bus_factor(kind, bundle.group_size) / bus
         if not phases:  # a size-1 group moves nothing: its measured time is all overhead
             return PhasePlan(total, (), ())

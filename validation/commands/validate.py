@@ -11,6 +11,7 @@ import os
 
 import click
 
+from simulator.schema import SCHEMA_VERSION, axsim_version
 from validation.commands.progress import item_bar
 from validation.validate import CaseResult
 
@@ -51,7 +52,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
     for r in results:
         c = r.case
         err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
-        tol = "info" if c.tolerance_pct is None else f"±{c.tolerance_pct:g}%"
+        tol = c.tolerance_text
         table.add_row(
             c.name,
             escape(c.quantity),
@@ -105,8 +106,8 @@ def register(app: click.Group) -> None:
         cases = select_cases(only)
         if list_only:
             for c in cases:
-                tol = "info" if c.tolerance_pct is None else f"±{c.tolerance_pct:g}%"
-                click.echo(f"{c.name:34s} {c.published:g} {c.unit} ({tol}) {c.cite}")
+                pub = "-" if c.published is None else f"{c.published:g}"
+                click.echo(f"{c.name:34s} {pub} {c.unit} ({c.tolerance_text}) {c.cite}")
             return
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs must be positive, got {jobs}")
@@ -118,6 +119,8 @@ def register(app: click.Group) -> None:
             click.echo(
                 json.dumps(
                     {
+                        "schema_version": SCHEMA_VERSION,
+                        "axsim_version": axsim_version(),
                         "wall_time_s": wall,
                         "reduced": reduced,
                         "cases": [r.as_dict() for r in results],

@@ -5,9 +5,10 @@ dicts, never Result objects), so the figure runner can execute them in worker pr
 and deduplicate identical calls across figures (the same search feeds the weak-scaling,
 overlap and Megatron figures).
 
-- `axonn_search`: `axsim search`'s procedure: every valid AxoNN grid ranked by the
-  paper's analytical model (group bandwidths measured on the topology by axsim's own
-  collective model), the top K simulated, the fastest kept.
+- `axonn_search`: `axsim search`'s procedure (simulator/search.py): every valid AxoNN
+  grid (and weight-cache choice) ranked by the analytical model (group bandwidths
+  measured on the topology by axsim's own collective model), the best `screen` replayed
+  statically, the top K of those simulated, the fastest kept.
 - `axonn_overlap`: the best grid of a search re-simulated with the overlap flags added
   one at a time (baseline, +OAR, +ORS, +OAG).
 - `axonn_ranking` / `axonn_grid`: the analytical ranking alone, and one grid simulated.
@@ -22,11 +23,10 @@ overlap and Megatron figures).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from simulator.config import ExperimentConfig, default_config_mapping, validate_config
-from simulator.errors import ConfigError
 
 Model = str | Mapping[str, Any]
 OVERLAP_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -74,12 +74,14 @@ def _axonn_config(
     grid: list[int] | None = None,
     microbatch: int | None = None,
     overlap: tuple[str, ...] | None = None,
+    weights: Mapping[str, Any] | None = None,
 ) -> ExperimentConfig:
     parallel: dict[str, Any] = {"strategy": "axonn"}
     if grid is not None:
         parallel["grid"] = dict(zip(("x", "y", "z", "data"), grid, strict=True))
     if overlap is not None:
         parallel["overlap"] = list(overlap)
+    parallel.update({k: v for k, v in (weights or {}).items() if v is not None})
     data = base_mapping(machine, gpus, model, batch_tokens, parallel)
     if microbatch is not None:
         data["training"] = {**data.get("training", {}), "microbatch_sequences": microbatch}
@@ -89,12 +91,12 @@ def _axonn_config(
 def axonn_ranking(
     machine: str, gpus: int, model: Model, batch_tokens: int | None = None
 ) -> list[dict[str, Any]]:
-    """Every valid, memory-feasible grid ranked by the analytical model (best first)."""
+    """Every valid, memory-feasible candidate ranked by the analytical model (best first)."""
     from simulator.search import bandwidth_provider, rank_grids, search_training
     from topologies.hardware import gpu_spec
 
     cfg = _axonn_config(machine, gpus, model, batch_tokens)
-    bw = _measurable(bandwidth_provider(cfg, "topology", cfg.cluster.gpus_per_node))
+    bw = bandwidth_provider(cfg, "topology", cfg.cluster.gpus_per_node)
     ranked = rank_grids(
         cfg.model.spec(),
         cfg.parallel,  # type: ignore[arg-type]
@@ -106,27 +108,13 @@ def axonn_ranking(
     return [c.as_dict() for c in ranked]
 
 
-UNMEASURABLE_BPS = 1.0
-"""Bandwidth given to groups the topology probe cannot measure (ranks them last)."""
-
-
-def _measurable(bw: Callable[[int, int], float]) -> Callable[[int, int], float]:
-    """The topology bandwidths, except that a group the probe cannot place (its machine
-    fails to build) gets UNMEASURABLE_BPS instead of failing the whole ranking: such
-    grids go to the end of the model's order."""
-
-    def beta(inner: int, own: int) -> float:
-        try:
-            return bw(inner, own)
-        except ConfigError:
-            return UNMEASURABLE_BPS
-
-    return beta
-
-
 def _grid_list(candidate: Mapping[str, Any]) -> list[int]:
     g = candidate["grid"]
     return [int(g[k]) for k in ("x", "y", "z", "data")]
+
+
+def _weights(candidate: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: candidate.get(k) for k in ("weight_lifetime", "cached_layers")}
 
 
 def axonn_grid(
@@ -137,36 +125,41 @@ def axonn_grid(
     microbatch: int | None = None,
     batch_tokens: int | None = None,
     overlap: list[str] | None = None,
+    weights: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One AxoNN grid simulated (the report)."""
+    """One AxoNN grid simulated (the report); `weights`: weight_lifetime, cached_layers."""
     ov = tuple(overlap) if overlap is not None else None
-    return _simulate(_axonn_config(machine, gpus, model, batch_tokens, grid, microbatch, ov))
+    return _simulate(
+        _axonn_config(machine, gpus, model, batch_tokens, grid, microbatch, ov, weights)
+    )
 
 
 def axonn_search(
-    machine: str, gpus: int, model: Model, top: int = 10, batch_tokens: int | None = None
+    machine: str,
+    gpus: int,
+    model: Model,
+    top: int = 10,
+    batch_tokens: int | None = None,
+    screen: int | None = None,
 ) -> dict[str, Any]:
-    """`axsim search`: the analytical model's top `top` grids simulated; the best kept."""
-    ranked = axonn_ranking(machine, gpus, model, batch_tokens)
-    if not ranked:
-        raise ConfigError(f"no valid, memory-feasible AxoNN grid for {model} on {gpus} GPUs")
-    tried = []
-    best: dict[str, Any] | None = None
-    for cand in ranked[:top]:
-        rep = axonn_grid(
-            machine, gpus, model, _grid_list(cand), cand["microbatch_sequences"], batch_tokens
-        )
-        tried.append({**cand, "simulated_iteration_time_s": rep["iteration_time_s"]})
-        if best is None or rep["iteration_time_s"] < best["report"]["iteration_time_s"]:
-            best = {"report": rep, "candidate": cand}
-    assert best is not None
+    """`axsim search` (simulator/search.py): rank, screen, simulate the top `top`."""
+    from simulator.search import DEFAULT_SCREEN, search
+
+    cfg = _axonn_config(machine, gpus, model, batch_tokens)
+    out = search(cfg, top, DEFAULT_SCREEN if screen is None else screen)
+    best = out.best_candidate
+    assert best is not None and out.best is not None
+    tried = [c.as_dict() for c in out.candidates if c.simulated_iteration_time_s is not None]
     return {
-        "report": best["report"],
-        "grid": _grid_list(best["candidate"]),
-        "microbatch_sequences": best["candidate"]["microbatch_sequences"],
-        "model_rank": best["candidate"]["model_rank"],
-        "candidates": len(ranked),
-        "top": min(top, len(ranked)),
+        "report": trim(out.best.report.to_json()),
+        "grid": [best.grid.x, best.grid.y, best.grid.z, best.grid.data],
+        "microbatch_sequences": best.microbatch_sequences,
+        "weights": {"weight_lifetime": best.weight_lifetime, "cached_layers": best.cached_layers},
+        "model_rank": best.model_rank,
+        "estimated_rank": best.estimated_rank,
+        "candidates": len(out.candidates),
+        "screened": out.screened,
+        "top": min(top, len(out.candidates)),
         "tried": tried,
     }
 
@@ -189,6 +182,7 @@ def axonn_overlap(
     out: dict[str, Any] = {
         "grid": found["grid"],
         "microbatch_sequences": found["microbatch_sequences"],
+        "weights": found.get("weights"),
     }
     steps = {}
     for label, flags in OVERLAP_STEPS:
@@ -203,6 +197,7 @@ def axonn_overlap(
             found["microbatch_sequences"],
             batch_tokens,
             list(flags),
+            found.get("weights"),
         )
     out["steps"] = steps
     return out

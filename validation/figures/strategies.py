@@ -1,9 +1,14 @@
 """AxoNN vs Megatron-LM, Optimus vs Megatron, and ZeRO-3 / ZeRO++ / hierarchical ZeRO++.
 
-Each strategy's configuration comes from `axsim compare-strategies`' search
-(simulator/strategy_search.py: memory-feasible degree combinations, most promising
-first, the first N simulated, the fastest kept); AxoNN's from `axsim search` (shared
-with the weak-scaling figure).
+AxoNN vs Megatron-LM: each strategy's configuration comes from `axsim
+compare-strategies`' search (simulator/strategy_search.py: memory-feasible degree
+combinations, most promising first, the first N simulated, the fastest kept); AxoNN's
+from `axsim search` (shared with the weak-scaling figure).
+
+Optimus vs Megatron-LM and the ZeRO family on Frontier reproduce the papers' own setups
+(validation/claims.py, the same simulations `axsim validate` checks) and draw the
+published ratios beside the simulated ones; `--reduced` runs the claim files' small
+stand-in setups.
 """
 
 from __future__ import annotations
@@ -14,15 +19,22 @@ from typing import Any
 
 from validation.figures.base import Built, Figure, FigureOutput, Task, task
 from validation.figures.plotting import caption, grid_text, model_label, pyplot, save
+from validation.figures.published_overlay import (
+    PublishedSeries,
+    overlay,
+    register,
+    register_missing,
+)
 from validation.figures.weak_scaling import POINTS, REDUCED_BATCH_TOKENS, search_task, search_what
+from validation.published import axonn_perlmutter, source
 
 MEGATRON_POINTS = [*POINTS["perlmutter"], (1024, "gpt-80b")]
 REDUCED_MEGATRON_POINTS = [(4, "gpt-tiny"), (8, "gpt-tiny")]
-OPTIMUS_POINTS, REDUCED_OPTIMUS_POINTS = [16, 64], [4, 16]
-OPTIMUS_MODEL, OPTIMUS_BATCH = "gpt-5b", 2**20
-ZERO_GCDS, REDUCED_ZERO_GCDS = [16, 32, 64, 128, 256, 384], [8, 16]
 ZERO_STRATEGIES = ("zero3", "zeropp", "zeropp-hier")
-SEQ_PER_GCD = 4
+STAND_IN = (
+    " Reduced build: the claim file's small stand-in setup, not the paper's, so the "
+    "simulated ratios are not comparable with the published ones."
+)
 
 
 def strategy_task(
@@ -114,6 +126,10 @@ def _megatron_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
         ],
     }
     _grouped(ax, labels, pf, "sustained PFLOP/s")
+    if not reduced:  # AxoNN's published points sit on the AxoNN bars (offset -0.2)
+        overlay(ax, "axonn-vs-megatron", x_map=lambda i: i - 0.2, connect=False)
+    # below the axes: never over the bars or the published markers
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8, frameon=False)
     fig.suptitle("AxoNN vs Megatron-LM on Perlmutter (simulated)")
     numbers, lines = [], []
     for (g, m), a, b in zip(pts, ax_res, mg_res, strict=True):
@@ -149,143 +165,209 @@ def _megatron_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
 
 
 # ------------------------------------------------------------------ Optimus vs Megatron
-def _optimus_setup(reduced: bool) -> tuple[list[int], str, int]:
-    if reduced:
-        return REDUCED_OPTIMUS_POINTS, "gpt-tiny", REDUCED_BATCH_TOKENS
-    return OPTIMUS_POINTS, OPTIMUS_MODEL, OPTIMUS_BATCH
-
-
 def _optimus_tasks(reduced: bool) -> list[Task]:
-    gpus, model, batch = _optimus_setup(reduced)
-    return [
-        strategy_task("frontera-rtx", g, model, s, batch, 2 if reduced else 4)
-        for g in gpus
-        for s in ("megatron", "optimus")
-    ]
+    from validation.claim_cases import optimus_tasks
+
+    return optimus_tasks(stand_in=reduced)
+
+
+def _published_bars(
+    ax: Any, labels: list[str], sim: list[float], pub: list[float], units: list[str]
+) -> None:
+    """Simulated and published values side by side, each bar labelled with its value."""
+    xs = range(len(labels))
+    for off, vals, name, hatch in ((-0.2, sim, "simulated", None), (0.2, pub, "published", "//")):
+        bars = ax.bar([x + off for x in xs], vals, 0.38, label=name, hatch=hatch)
+        ax.bar_label(bars, [f"{v:.2f}{u}" for v, u in zip(vals, units, strict=True)], fontsize=8)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(list(xs), labels, fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def _optimus_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
-    gpus, model, batch = _optimus_setup(reduced)
-    res = {(t.kwargs["gpus"], t.kwargs["strategy"]): r for t, r in built}
-    seq = {"gpt-tiny": 32}.get(model, 2048)
+    from validation.claims import OPTIMUS, load_claim, optimus_summary, setup_value
+
+    res = [r for _, r in built]
+    summ = optimus_summary(res[2:], res[:2])
+    claims = load_claim(OPTIMUS).claims
+    pub_speed = claims["training_speedup"].published or 0.0
+    pub_batch = claims["max_batch_ratio"].published or 0.0
     plt = pyplot()
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(10, 4.2))
-    labels = [f"{g} GPUs" for g in gpus]
-    tput: dict[str, list[float | None]] = {}
-    maxb: dict[str, list[float | None]] = {}
-    for s, name in (("megatron", "Megatron-LM"), ("optimus", "Optimus (2D)")):
-        tput[name] = [None if (t := _time(res[(g, s)])) is None else batch / seq / t for g in gpus]
-        maxb[name] = [float(res[(g, s)]["max_batch_sequences"]) or None for g in gpus]
-    _grouped(ax_t, labels, tput, "training throughput (sequences/s)")
-    _grouped(ax_b, labels, maxb, "largest batch that fits (sequences)")
-    fig.suptitle(f"Optimus vs Megatron-LM, {model_label(model)} on Frontera RTX 5000 (simulated)")
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(10, 4.2))
+    t = summ["time_s"]
+    ax_t.bar(["Megatron-LM", "Optimus"], [t["megatron"], t["optimus"]], color=["C1", "C0"])
+    ax_t.set_ylabel(f"iteration time at {summ['batch_sequences']} sequences (s)")
+    ax_t.grid(axis="y", alpha=0.3)
+    _published_bars(
+        ax_r,
+        ["training speedup\n(Megatron / Optimus time)", "max batch ratio\n(Optimus / Megatron)"],
+        [summ["speedup"], summ["max_batch_ratio"]],
+        [pub_speed, pub_batch],
+        ["x", "x"],
+    )
+    model = setup_value(OPTIMUS, "model", reduced)
+    gpus = setup_value(OPTIMUS, "gpus", reduced)
+    fig.suptitle(
+        f"Optimus vs Megatron-LM at the same degree, {gpus} Frontera RTX 5000 (simulated "
+        "vs published)"
+    )
+    mb = summ["max_batch"]
     numbers = [
         {
-            "gpus": g,
             "strategy": s,
-            "time_s": _time(res[(g, s)]),
-            "max_batch_sequences": res[(g, s)]["max_batch_sequences"],
-            "config": config_text(res[(g, s)]),
+            "batch_sequences": summ["batch_sequences"],
+            "time_s": t[s],
+            "max_batch_sequences": mb[s],
         }
-        for g in gpus
         for s in ("megatron", "optimus")
+    ] + [
+        {
+            "speedup": summ["speedup"],
+            "published_speedup": pub_speed,
+            "max_batch_ratio": summ["max_batch_ratio"],
+            "published_max_batch_ratio": pub_batch,
+        }
     ]
     lines = [
-        f"{n['gpus']} GPUs, {n['strategy']} ({n['config']}): "
-        + ("-" if n["time_s"] is None else f"{n['time_s']:.4g} s per batch")
-        + f", largest batch {n['max_batch_sequences']} sequences"
-        for n in numbers
+        f"Megatron-LM ({_parallel_text(res[2])}): {t['megatron']:.4g} s per iteration, "
+        f"largest batch {mb['megatron']} sequences",
+        f"Optimus ({_parallel_text(res[3])}): {t['optimus']:.4g} s per iteration, "
+        f"largest batch {mb['optimus']} sequences",
+        f"training speedup {summ['speedup']:.2f}x (published {pub_speed:g}x); max batch ratio "
+        f"{summ['max_batch_ratio']:.2f}x (published {pub_batch:g}x)",
     ]
     what = (
-        f"{model_label(model)}, global batch {batch} tokens, on TACC Frontera's Quadro RTX 5000 "
-        "nodes (4 per node, PCIe, HDR100 fat tree). Optimus: q x q SUMMA mesh times data "
-        "parallel; Megatron-LM: tensor x pipeline x data. Each strategy's first "
-        f"{2 if reduced else 4} memory-feasible configurations simulated, the fastest shown; "
-        "largest batch = the largest global batch the chosen degrees fit without gradient "
-        "accumulation (Optimus partitions activations in 2D, so it fits larger batches)."
+        f"{model_label(model)} on {gpus} GPUs, both strategies at the same model-parallel "
+        "degree (Optimus one q x q SUMMA mesh, Megatron-LM tensor parallel over all GPUs), "
+        f"same batch ({summ['batch_sequences']} sequences: the released benchmark's batch, "
+        "or the largest multiple of q below it that both fit). The setup, every value with "
+        "its source or stated assumption: validation/published/data/claims/"
+        "optimus_frontera.yaml. Published values: the paper's abstract (arXiv 2104.05343)."
     )
-    reports = [r["report"] for r in res.values() if r["report"]]
-    text = caption("Optimus vs Megatron-LM", what, lines, reports)
+    reports = [r["report"] for r in res[2:]]
+    text = caption("Optimus vs Megatron-LM", what + (STAND_IN if reduced else ""), lines, reports)
     return FigureOutput(
         "optimus-vs-megatron", save(fig, out, "optimus-vs-megatron", text), text, numbers
     )
 
 
+def _parallel_text(point: dict[str, Any]) -> str:
+    rep = point["report"]
+    g = rep.get("grid", {})
+    return "grid " + grid_text(g) if g else point["strategy"]
+
+
 # ------------------------------------------------------------------ ZeRO family on Frontier
-def _zero_setup(reduced: bool) -> tuple[list[int], str, int]:
-    return (REDUCED_ZERO_GCDS, "gpt-tiny", 32) if reduced else (ZERO_GCDS, "gpt-20b", 2048)
-
-
 def _zero_tasks(reduced: bool) -> list[Task]:
-    gcds, model, seq = _zero_setup(reduced)
-    cands = {"zeropp-hier": 4 if reduced else 27}
-    return [
-        strategy_task("frontier", g, model, s, g * SEQ_PER_GCD * seq, cands.get(s, 2))
-        for g in gcds
-        for s in ZERO_STRATEGIES
-    ]
+    from validation.claim_cases import zeropp_tasks
+    from validation.claims import zeropp_gcds
+
+    return zeropp_tasks(stand_in=reduced, gcds=zeropp_gcds(reduced))
 
 
 def _zero_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
-    gcds, model, _ = _zero_setup(reduced)
-    res = {(t.kwargs["gpus"], t.kwargs["strategy"]): r for t, r in built}
+    from validation.claims import ZEROPP, load_claim, setup_value, zeropp_summary
+
+    points = [r for _, r in built]
+    summ = zeropp_summary(points)
+    claims = load_claim(ZEROPP).claims
+    pub_ratio = claims["tflops_ratio"].published or 0.0
+    pub_eff = claims["scaling_efficiency"].published or 0.0
+    gcds = summ["gcds"]
+    tf = summ["tflops"]
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (ax, ax_r) = plt.subplots(1, 2, figsize=(11, 4.2))
     for s in ZERO_STRATEGIES:
-        ys = [
-            None if res[(g, s)]["report"] is None else res[(g, s)]["report"]["tflops_per_gpu"]
-            for g in gcds
-        ]
-        ax.plot(
-            [g for g, y in zip(gcds, ys, strict=True) if y is not None],
-            [y for y in ys if y is not None],
-            "o-",
-            label=s,
-        )
+        ax.plot(gcds, [tf[f"{s}@{g}"] for g in gcds], "o-", label=s)
     ax.set_xscale("log", base=2)
     ax.set_xticks(gcds, [str(g) for g in gcds])
     ax.minorticks_off()
     ax.set_xlabel("GCDs (8 per node)")
     ax.set_ylabel("TFLOP/s per GCD")
+    ax.set_ylim(bottom=0)  # strategies are compared by ratio: the axis starts at zero
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.suptitle(
-        f"ZeRO-3, ZeRO++ and hierarchical ZeRO++, {model_label(model)} on Frontier (simulated)"
+    hi, lo = gcds[-1], gcds[0]
+    _published_bars(
+        ax_r,
+        [f"hierarchical / ZeRO++\nat {hi} GCDs", f"scaling efficiency\n{lo} -> {hi} GCDs"],
+        [summ["ratio"], summ["scaling_efficiency"]],
+        [pub_ratio, pub_eff],
+        ["x", ""],
     )
+    model = setup_value(ZEROPP, "model", reduced)
+    fig.suptitle(
+        "ZeRO-3, ZeRO++ and 3-level hierarchical ZeRO++ on Frontier (simulated vs published)"
+    )
+    same = set(summ["same_program_at"])
     numbers = [
         {
-            "gcds": g,
-            "strategy": s,
-            "time_s": _time(res[(g, s)]),
-            "tflops_per_gcd": None
-            if res[(g, s)]["report"] is None
-            else res[(g, s)]["report"]["tflops_per_gpu"],
-            "config": config_text(res[(g, s)]),
+            "gcds": p["gcds"],
+            "strategy": p["strategy"],
+            "time_s": p["report"]["iteration_time_s"],
+            "tflops_per_gcd": p["report"]["tflops_per_gpu"],
+            "exposed_comm_s": p["report"]["exposed_comm_time_s"],
+            "same_program_as_zeropp": p["strategy"] == "zeropp-hier" and p["gcds"] in same,
         }
-        for g in gcds
-        for s in ZERO_STRATEGIES
+        for p in points
+    ] + [
+        {
+            "ratio": summ["ratio"],
+            "published_ratio": pub_ratio,
+            "scaling_efficiency": summ["scaling_efficiency"],
+            "published_scaling_efficiency": pub_eff,
+        }
     ]
     lines = [
-        f"{n['gcds']} GCDs, {n['strategy']} ({n['config']}): "
-        + (
-            "-"
-            if n["time_s"] is None
-            else f"{n['time_s']:.4g} s, {n['tflops_per_gcd']:.4g} TFLOP/s per GCD"
-        )
-        for n in numbers
+        f"{n['gcds']} GCDs, {n['strategy']}: {n['time_s']:.4g} s, "
+        f"{n['tflops_per_gcd']:.4g} TFLOP/s per GCD, exposed communication "
+        f"{n['exposed_comm_s']:.3g} s"
+        + (" (same program as zeropp)" if n["same_program_as_zeropp"] else "")
+        for n in numbers[:-1]
     ]
-    what = (
-        f"{model_label(model)}, {SEQ_PER_GCD} sequences per GCD (weak scaling of the batch), "
-        "on 2 to 48 Frontier nodes. ZeRO-3: all-gather / reduce-scatter over all GCDs; ZeRO++: "
-        "int8 weight all-gather (qwZ), a secondary weight partition per node (hpZ), int4 "
-        "hierarchical gradient all-to-all (qgZ); hierarchical ZeRO++: the partition group of "
-        "each collective chosen among GCD pair / node / global by simulating the combinations "
-        f"(the first {4 if reduced else 27} in compare-strategies' order)."
+    lines.append(
+        f"hierarchical / ZeRO++ at {hi} GCDs {summ['ratio']:.3f}x (published {pub_ratio:g}x); "
+        f"scaling efficiency {summ['scaling_efficiency']:.3f} (published {pub_eff:g})"
     )
-    reports = [r["report"] for r in res.values() if r["report"]]
-    text = caption("ZeRO family on Frontier", what, lines, reports)
+    what = (
+        f"{model_label(model)}, weak scaling of the batch (one microbatch per GCD). ZeRO-3: "
+        "all-gathers and reduce-scatters over all GCDs; ZeRO++ (DeepSpeed): int8 weight "
+        "all-gathers (qwZ), a secondary weight partition per node that the recompute, "
+        "backward and later forward gathers read (hpZ), int4 gradients through an "
+        "intra-node then inter-node all-to-all (qgZ); hierarchical ZeRO++: the secondary "
+        "partition on the GCD pair and gradients reduced pair -> node -> global. The setup, "
+        "every value with its source or stated assumption: validation/published/data/claims/"
+        "zeropp_frontier.yaml. Published values: the paper's abstract (arXiv 2501.04266)."
+    )
+    reports = [p["report"] for p in points]
+    text = caption("ZeRO family on Frontier", what + (STAND_IN if reduced else ""), lines, reports)
     return FigureOutput("zero-frontier", save(fig, out, "zero-frontier", text), text, numbers)
 
+
+def _axonn_published() -> list[PublishedSeries]:
+    """AxoNN's published Perlmutter PFLOP/s at this figure's points (x = bar index)."""
+    pub = {(p.gpus, p.model): p.pflops for p in axonn_perlmutter()}
+    idx = [i for i, pt in enumerate(MEGATRON_POINTS) if pt in pub]
+    return [
+        PublishedSeries(
+            "AxoNN sustained PFLOP/s (Megatron-LM's published numbers are not held)",
+            idx, [pub[MEGATRON_POINTS[i]] for i in idx], source("axonn_perlmutter"),
+        )
+    ]  # fmt: skip
+
+
+register("axonn-vs-megatron", _axonn_published)
+register_missing(
+    "optimus-vs-megatron",
+    "The Optimus paper's throughput and batch numbers have not been transcribed into "
+    "validation/published/.",
+)
+register_missing(
+    "zero-frontier",
+    "The ZeRO++ / hierarchical ZeRO++ numbers on Frontier have not been transcribed into "
+    "validation/published/.",
+)
 
 FIGURES = (
     Figure(

@@ -5,6 +5,8 @@ Data files (validation/published/data/):
 | file | what | source |
 |---|---|---|
 | axonn_perlmutter.yaml | AxoNN weak scaling on Perlmutter (PFLOP/s, % of peak, time per batch) | SC'24 Table III / Fig. 6 |
+| axonn_frontier.yaml | AxoNN weak scaling on Frontier (PFLOP/s, % of peak, time per batch) | SC'24 Table III |
+| axonn_frontier_overlap.yaml | overlap ablation, GPT-80B on 8,192 Frontier GCDs | SC'24 Fig. 5 |
 | axonn_bandwidths.yaml | AxoNN's measured group bandwidths, Perlmutter and Frontier | SC'24 §V-B, comm_model.py |
 | axonn_overlap.yaml | "nearly 53% improvement" of OAR+ORS+OAG for a 20B model | arXiv 2305.13525 v2 |
 | nccl_nvswitch.yaml | 8-GPU NVSwitch all-reduce alpha and bus bandwidth (A100, H100) | Vidur's NCCL profiles |
@@ -49,6 +51,11 @@ class ScalingPoint:
 def axonn_perlmutter() -> list[ScalingPoint]:
     """AxoNN on Perlmutter, paper Table III (sustained PFLOP/s) and Fig. 6 (time)."""
     return [ScalingPoint(**row) for row in load_yaml("axonn_perlmutter")["rows"]]
+
+
+def axonn_frontier() -> list[ScalingPoint]:
+    """AxoNN on Frontier, paper Table III (time implied by the model-FLOP formula)."""
+    return [ScalingPoint(**row) for row in load_yaml("axonn_frontier")["rows"]]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import numpy as np
 from workloads.axonn.params import Grid
 from workloads.groups import ProcessGroups
 
-GROUP_KINDS = ("x", "y", "z", "data", "world")
+GROUP_KINDS = ("x", "y", "z", "data", "xy", "world")
 
 
 def coordinates(
@@ -32,11 +32,17 @@ def coordinates(
 
 
 def axonn_groups(grid: Grid) -> ProcessGroups:
-    """Process groups x, y, z, data and world of a 4D grid (members in rank order)."""
+    """Process groups x, y, z, data, xy and world of a 4D grid (members in rank order).
+
+    xy is the X·Y plane of one Z slice (axonn's `outer_inner_intra_layer_parallel_group`),
+    over which Megatron-AxoNN splits the vocabulary of its embedding and output layer."""
     ranks = np.arange(grid.size, dtype=np.int64).reshape(grid.data, grid.z, grid.y, grid.x)
     x = ranks.reshape(-1, grid.x)
     y = ranks.transpose(0, 1, 3, 2).reshape(-1, grid.y)
     z = ranks.transpose(0, 2, 3, 1).reshape(-1, grid.z)
     data = ranks.transpose(1, 2, 3, 0).reshape(-1, grid.data)
+    xy = ranks.reshape(-1, grid.x * grid.y)
     world = np.arange(grid.size, dtype=np.int64)[None, :]
-    return ProcessGroups(grid.size, {"x": x, "y": y, "z": z, "data": data, "world": world})
+    return ProcessGroups(
+        grid.size, {"x": x, "y": y, "z": z, "data": data, "xy": xy, "world": world}
+    )

@@ -9,6 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from workloads.user_model import UserModel
 
 OverlapFlag = Literal["oar", "ors", "oag"]
+Implementation = Literal["sc24", "axonn-0.2"]
+WeightLifetime = Literal["regather", "keep", "cache"]
 
 
 class Grid(UserModel):
@@ -50,6 +52,17 @@ class AxonnParallel(UserModel):
     overlap: which of AxoNN's overlap optimisations are on: 'oar' (backward all-reduce of
     dI hidden behind the dW GEMM), 'ors' (Z reduce-scatter of dW waited once after the
     backward), 'oag' (prefetch of the next layer's Z all-gather).
+
+    implementation: the code version being simulated (workloads/axonn/implementation.py
+    names each one's sources): 'sc24' (Megatron-AxoNN with axonn before commit c5ef65d,
+    the code of the SC'24 paper's runs: the default) or 'axonn-0.2' (the PyPI release).
+
+    weight_lifetime: how long a layer's Z-gathered weight lives: 'regather' (dropped after
+    use, gathered again in backward: axonn 0.2.0), 'keep' (saved for the layer's own
+    backward: the SC'24 code) or 'cache' (kept for the whole iteration: Megatron-AxoNN's
+    `--num-layers-for-caching-weights-in-depth-tensor-parallel-all-gather`, the first
+    `cached_layers` blocks, all when unset; the other blocks keep the implementation's
+    lifetime). Unset: the implementation's own.
     """
 
     strategy: Literal["axonn"] = "axonn"
@@ -62,7 +75,9 @@ class AxonnParallel(UserModel):
         "grid only, so 1 is the one value; for pipelines use megatron or fsdp-pp.",
     )
     overlap: tuple[OverlapFlag, ...] = ("oar", "ors", "oag")
-    cache_weights: bool = False
+    implementation: Implementation = "sc24"
+    weight_lifetime: WeightLifetime | None = None
+    cached_layers: int | None = Field(default=None, ge=0, le=4096)
     expert_mode: bool = True
     transpose_alternate: bool = True
 
@@ -80,4 +95,6 @@ class AxonnParallel(UserModel):
     def _unique_flags(self) -> AxonnParallel:
         if len(set(self.overlap)) != len(self.overlap):
             raise ValueError("parallel.overlap lists a flag twice")
+        if self.cached_layers is not None and self.weight_lifetime != "cache":
+            raise ValueError("parallel.cached_layers needs parallel.weight_lifetime: cache")
         return self

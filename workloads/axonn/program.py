@@ -1,33 +1,40 @@
 """The per-rank program of one AxoNN training iteration (every rank runs the same one).
 
+Which collectives a rank issues comes from schedule.py (`AxonnCalls`), the description
+the analytical model reads too; this module decides when each is issued and waited.
+
 Per microbatch (one repeated segment): embedding, the blocks' forward, final LayerNorm,
 logits and loss; then the backward from the logits down to the embedding, each block
 recomputing its forward first when activations are checkpointed. After the last
-microbatch: per-tensor data-parallel all-reduces of the weight shards (unbucketed, as in
-the code), the LayerNorm and bias gradients over data then depth, the replicated
-position embedding over the world, and the optimizer step.
+microbatch: the implementation's gradient synchronisation (implementation.py) and the
+optimizer step.
 
 Overlap flags exactly as AxoNN defines them (reference/axonn-4d.md §Overlap):
 - OAR: the backward all-reduce of dI runs asynchronously behind the dW GEMM and is waited
   right after it;
 - ORS: the Z reduce-scatter of dW is asynchronous and waited once, after the backward of
   the whole microbatch;
-- OAG: the Z all-gather of the next layer's weights (module order) is issued when the
-  current layer starts and waited when the next layer starts; the order restarts for
-  each block's recompute. The backward re-gather (step 4) is not prefetched.
+- OAG: the Z all-gather of the next linear's weights (module order) is issued when the
+  current one starts and waited when the next one starts. In a block's recompute the
+  order restarts inside the block and its first gather is issued on entry (axonn's
+  `overlap_all_gathers_for_checkpointed_forward`). axonn-0.2 prefetches in the forward
+  too, across blocks; the SC'24 code runs the forward outside `optimize_communication`,
+  so its forward gathers are blocking.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from workloads.axonn.implementation import PRESETS, WeightPolicy
 from workloads.axonn.layers import LinearLayout, block_layouts, logits_layout
 from workloads.axonn.params import Grid
+from workloads.axonn.schedule import AxonnCalls, Call
 from workloads.builder import ProgramBuilder, microbatch_copies
 from workloads.graph import Program
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
-from workloads.transformer import BlockEmitter, BlockShape, optimizer_step
+from workloads.transformer import LINEAR_NAMES, BlockEmitter, BlockShape, optimizer_step
 
 
 @dataclass(frozen=True)
@@ -40,13 +47,26 @@ class AxonnSetup:
     oar: bool = True
     ors: bool = True
     oag: bool = True
-    cache_weights: bool = False
+    implementation: str = "sc24"
+    policy: WeightPolicy = field(default_factory=lambda: WeightPolicy("keep", 0))
     expert_mode: bool = True
     checkpointing: bool = True
     transpose_alternate: bool = True
     optimizer: str = "adam"
     flash_attention: bool = True
     compress_microbatches: bool = True
+
+    def calls(self, spec: TransformerSpec) -> AxonnCalls:
+        """The collective description of this setup (schedule.py)."""
+        return AxonnCalls(
+            spec,
+            self.grid,
+            PRESETS[self.implementation],
+            self.policy,
+            self.microbatch_sequences * spec.seq_len,
+            self.checkpointing,
+            self.transpose_alternate,
+        )
 
 
 class _Writer(BlockEmitter[LinearLayout]):
@@ -55,8 +75,10 @@ class _Writer(BlockEmitter[LinearLayout]):
     def __init__(self, spec: TransformerSpec, setup: AxonnSetup):
         blocks = block_layouts(spec, setup.grid, setup.transpose_alternate)
         logits = logits_layout(spec, setup.grid)
+        self.calls = setup.calls(spec)
+        self.preset = self.calls.preset
         self.M = setup.microbatch_sequences * spec.seq_len
-        self.h_res = spec.hidden // (setup.grid.x if setup.transpose_alternate else setup.grid.y)
+        self.h_res = self.calls.h_res
         qkv, up = blocks[0], blocks[2]
         shape = BlockShape(
             res_tokens=self.M,
@@ -69,6 +91,7 @@ class _Writer(BlockEmitter[LinearLayout]):
             act_width=up.n_local,
             seq_len=spec.seq_len,
             gated=spec.gated_mlp,
+            rope=spec.position == "rope",
             flash_attention=setup.flash_attention,
         )
         super().__init__(
@@ -83,12 +106,28 @@ class _Writer(BlockEmitter[LinearLayout]):
         self.lg = logits
         self.rs_handles: list[int] = []
         self.prefetched: dict[str, int] = {}
+        self.layer = -1  # block being emitted (-1: the head)
+        self.recompute = False
+        self.first_microbatch = True
 
     # ------------------------------------------------------------ primitives
-    def gather(self, lay: LinearLayout, tag: str, blocking: bool = True) -> int:
-        return self.b.collective(
-            f"{tag}.ag_z", K.ALL_GATHER, "z", lay.gathered_elems * self.db, blocking=blocking
-        )
+    def issue(self, call: Call, tag: str, blocking: bool = True, suffix: str = "") -> int:
+        """Issue one described collective under the op name `tag.name[suffix]`."""
+        name = f"{tag}.{call.name}{suffix}" if tag else call.name
+        return self.b.collective(name, call.kind, call.group, call.nbytes, blocking=blocking)
+
+    def pass_name(self) -> str:
+        return "recompute" if self.recompute else "fwd"
+
+    def cached(self, layer: int | None = None) -> bool:
+        """Does block `layer` (default: the one being emitted; -1 the head) cache?"""
+        layer = self.layer if layer is None else layer
+        return layer >= 0 and self.s.policy.cached(layer)
+
+    def prefetching(self) -> bool:
+        """OAG is active in the current pass (the recompute always; the forward only
+        where the implementation wraps it in `optimize_communication`)."""
+        return self.s.oag and (self.recompute or self.preset.forward_prefetch)
 
     def non_expert_convert(self, lay: LinearLayout, tag: str, forward: bool) -> None:
         """Non-expert mode: all-to-alls on X and Y turning data-parallel inputs into 4D ones."""
@@ -99,121 +138,160 @@ class _Writer(BlockEmitter[LinearLayout]):
             )
 
     # --------------------------------------------------------------- forward
+    def block_forward(self, layer: int, recompute: bool) -> None:
+        self.layer, self.recompute = layer, recompute
+        if recompute and self.prefetching():
+            # the checkpointed block's prefetch iterator starts on entry
+            qkv = self.blocks[0]
+            tag = f"L{layer}.{LINEAR_NAMES[0]}"
+            gather = self.calls.linear(qkv, "recompute", self.cached(), self.first_microbatch)
+            if gather.gather is not None:
+                self.prefetched[tag] = self.issue(gather.gather, tag, blocking=False)
+        super().block_forward(layer, recompute)
+        self.recompute = False  # the block's backward follows (layer stays set)
+
     def linear_forward(
         self, lay: LinearLayout, tag: str, next_layer: tuple[LinearLayout, str] | None
     ) -> None:
         s = self.s
         if not s.expert_mode:
             self.non_expert_convert(lay, tag, True)
-        if s.oag:
+        calls = self.calls.linear(lay, self.pass_name(), self.cached(), self.first_microbatch)
+        if self.prefetching():
             handle = self.prefetched.pop(tag, None)
-            if handle is None:
-                handle = self.gather(lay, tag, blocking=False)
-            self.b.wait(handle)
+            if handle is None and calls.gather is not None:
+                handle = self.issue(calls.gather, tag, blocking=False)
+            if handle is not None:
+                self.b.wait(handle)
             if next_layer is not None:
-                nxt, nxt_tag = next_layer
-                self.prefetched[nxt_tag] = self.gather(nxt, nxt_tag, blocking=False)
-        else:
-            self.gather(lay, tag)
+                self._prefetch(*next_layer)
+        elif calls.gather is not None:
+            self.issue(calls.gather, tag)
         self.b.gemm(f"{tag}.fwd", self.M, lay.n_local, lay.k_local, self.db)
-        self.b.collective(
-            f"{tag}.ar_{lay.group_k}.fwd", K.ALL_REDUCE, lay.group_k, self.M * lay.n_local * self.db
-        )
+        self.issue(calls.reduce, tag, suffix=".fwd")
+
+    def _prefetch(self, lay: LinearLayout, tag: str) -> None:
+        """Issue the next linear's gather early (nothing when its weight is at hand);
+        `tag` is 'L<layer>.<linear>' or 'logits'."""
+        layer = int(tag[1 : tag.index(".")]) if tag.startswith("L") else -1
+        nxt = self.calls.linear(lay, self.pass_name(), self.cached(layer), self.first_microbatch)
+        if nxt.gather is not None:
+            self.prefetched[tag] = self.issue(nxt.gather, tag, blocking=False)
 
     # -------------------------------------------------------------- backward
     def linear_backward(self, lay: LinearLayout, tag: str, reduce_scatter: bool = True) -> None:
         s = self.s
-        if not s.cache_weights:
-            self.gather(lay, f"{tag}.bwd")
+        calls = self.calls.linear(lay, "bwd", self.cached(), self.first_microbatch)
+        if calls.gather is not None:
+            self.issue(calls.gather, f"{tag}.bwd")
         self.b.gemm(f"{tag}.dI", self.M, lay.k_local, lay.n_local, self.db)
-        h = self.b.collective(
-            f"{tag}.ar_{lay.group_n}.bwd",
-            K.ALL_REDUCE,
-            lay.group_n,
-            self.M * lay.k_local * self.db,
-            blocking=not s.oar,
-        )
+        h = self.issue(calls.reduce, tag, blocking=not s.oar, suffix=".bwd")
         self.b.gemm(f"{tag}.dW", lay.k_local, lay.n_local, self.M, self.db)
         if s.oar:
             self.b.wait(h)
         if not s.expert_mode:
             self.non_expert_convert(lay, tag, False)
-        if reduce_scatter:
-            self.reduce_scatter(lay, tag)
+        if reduce_scatter and calls.scatter is not None:
+            self.reduce_scatter(calls.scatter, tag)
 
-    def reduce_scatter(self, lay: LinearLayout, tag: str) -> None:
-        h = self.b.collective(
-            f"{tag}.rs_z",
-            K.REDUCE_SCATTER,
-            "z",
-            lay.gathered_elems * self.db,
-            blocking=not self.s.ors,
-        )
+    def reduce_scatter(self, call: Call, tag: str) -> None:
+        h = self.issue(call, tag, blocking=not self.s.ors)
         if self.s.ors:
             self.rs_handles.append(h)
 
+    def block_backward(self, layer: int) -> None:
+        self.layer = layer
+        super().block_backward(layer)
+        self.layer = -1
+
     # ------------------------------------------------------------ microbatch
     def microbatch(self) -> None:
-        sp, M, lg = self.spec, self.M, self.lg
-        b = self.b
-        b.phase = "fwd"
-        # embedding lookup on the tied (vocab-split) weight: gather over Z, partial sums over Y
-        self.gather(lg, "embedding")
-        self.elementwise("embedding.fwd", M * self.h_res, 2)
-        b.collective("embedding.ar_y", K.ALL_REDUCE, lg.group_n, M * self.h_res * self.db)
+        if self.preset.embedding == "vocab-parallel-xy":
+            self._microbatch_megatron_head()
+        else:
+            self._microbatch_4d_head()
+        self.b.wait_all(self.rs_handles, "wait:rs_z")
+        self.first_microbatch = False
+
+    def _blocks_forward(self) -> None:
         self.prefetched.clear()
-        for layer in range(sp.layers):
+        for layer in range(self.spec.layers):
             self.block_forward(layer, recompute=False)
+        self.layer = -1
+
+    def _blocks_backward(self) -> None:
+        for layer in reversed(range(self.spec.layers)):
+            self.block_backward(layer)
+
+    def _microbatch_4d_head(self) -> None:
+        """axonn-0.2: the tied embedding/logits weight is a 4D linear (vocab over Y)."""
+        M, lg, b, c = self.M, self.lg, self.b, self.calls
+        b.phase = "fwd"
+        self.layer = -1
+        gather = c.tied_gather()
+        if gather is not None:
+            self.issue(gather, "embedding")
+        self.elementwise("embedding.fwd", M * self.h_res, 2)
+        self.issue(c.embedding_reduce_4d(), "embedding")
+        self._blocks_forward()
         self.layernorm_forward("final_ln.fwd")
         self.linear_forward(lg, "logits", None)
         self.elementwise("loss.fwd", M * lg.n_local, 3, 6)
-        b.collective("loss.ar_y", K.ALL_REDUCE, lg.group_n, 2 * M * 4)
+        self.issue(c.loss_reduce_4d(), "")
         b.phase = "bwd"
         self.elementwise("loss.bwd", M * lg.n_local, 3, 4)
         self.linear_backward(lg, "logits", reduce_scatter=False)
         self.layernorm_backward("final_ln.bwd")
-        for layer in reversed(range(sp.layers)):
-            self.block_backward(layer)
+        self._blocks_backward()
         self.elementwise("embedding.bwd", M * self.h_res, 3)
-        self.reduce_scatter(lg, "logits")  # the tied weight's gradient, after both uses
-        self.b.wait_all(self.rs_handles, "wait:rs_z")
+        bwd = c.linear(lg, "bwd", False, self.first_microbatch)
+        if bwd.scatter is not None:  # the tied weight's gradient, after both uses
+            self.reduce_scatter(bwd.scatter, "logits")
+
+    def _microbatch_megatron_head(self) -> None:
+        """sc24: Megatron's vocab-parallel embedding and output layer over X·Y."""
+        sp, M, b, c = self.spec, self.M, self.b, self.calls
+        vocab = c.xy_vocab
+        b.phase = "fwd"
+        self.layer = -1
+        self.elementwise("embedding.fwd", M * sp.hidden, 2)
+        for call in c.embedding_forward():
+            self.issue(call, "embedding.fwd")
+        self._blocks_forward()
+        self.layernorm_forward("final_ln.fwd")
+        self.issue(c.transformer_gather(), "transformer_out.fwd")
+        b.gemm("logits.fwd", M, vocab, sp.hidden, self.db)
+        self.elementwise("loss.fwd", M * vocab, 3, 6)
+        for call in c.loss_statistics():
+            self.issue(call, "loss")
+        b.phase = "bwd"
+        self.elementwise("loss.bwd", M * vocab, 3, 4)
+        b.gemm("logits.dI", M, sp.hidden, vocab, self.db)
+        h = self.issue(c.logits_backward(), "logits.bwd", blocking=False)
+        b.gemm("logits.dW", vocab, sp.hidden, M, self.db)
+        b.wait(h)  # Megatron's async grad all-reduce, waited after the dW GEMM
+        self.layernorm_backward("final_ln.bwd")
+        self._blocks_backward()
+        self.issue(c.transformer_gather(), "transformer_in.bwd")
+        self.elementwise("embedding.bwd", M * sp.hidden, 3)
 
     # ----------------------------------------------------------- after batch
     def gradient_sync_and_step(self) -> None:
-        sp, b, db = self.spec, self.b, self.db
+        b = self.b
         b.phase = "grad-sync"
-        for layer in reversed(range(sp.layers)):
-            for lay in reversed(self.blocks):
-                b.collective(
-                    f"L{layer}.{lay.name}.ar_data", K.ALL_REDUCE, "data", lay.shard_elems * db
-                )
-        b.collective("logits.ar_data", K.ALL_REDUCE, "data", self.lg.shard_elems * db)
-        small = [
-            ("ln1.w", self.h_res),
-            ("ln1.b", self.h_res),
-            ("ln2.w", self.h_res),
-            ("ln2.b", self.h_res),
-        ]
-        small += [(f"{lay.name}.bias", lay.n_local) for lay in self.blocks]
-        for layer in reversed(range(sp.layers)):
-            for name, elems in small:
-                b.collective(f"L{layer}.{name}.ar_data", K.ALL_REDUCE, "data", elems * db)
-                b.collective(f"L{layer}.{name}.ar_z", K.ALL_REDUCE, "z", elems * db)
-        b.collective("final_ln.ar_data", K.ALL_REDUCE, "data", 2 * self.h_res * db)
-        b.collective("final_ln.ar_z", K.ALL_REDUCE, "z", 2 * self.h_res * db)
-        b.collective("pos_embedding.ar_world", K.ALL_REDUCE, "world", sp.seq_len * sp.hidden * db)
+        for call in self.calls.gradient_sync():
+            self.issue(call, "")
         b.phase = "optimizer"
-        from workloads.axonn.memory import shard_params
-
-        params = shard_params(sp, self.s.grid, self.s.transpose_alternate)
-        optimizer_step(b, params, self.s.optimizer)
+        optimizer_step(b, self.calls.params_per_gpu(), self.s.optimizer)
 
 
 def build_axonn_program(spec: TransformerSpec, setup: AxonnSetup) -> Program:
     """The Program of one iteration (all microbatches + gradient sync + optimizer)."""
     w = _Writer(spec, setup)
-    for copies in microbatch_copies(setup.microbatches, setup.compress_microbatches):
-        w.b.begin_segment("microbatch", copies)
+    for i, copies in enumerate(microbatch_copies(setup.microbatches, setup.compress_microbatches)):
+        # cached blocks gather only in the first microbatch, so it is not like the rest
+        first_differs = i == 0 and setup.policy.cached_blocks > 0
+        w.b.begin_segment("microbatch.first" if first_differs else "microbatch", copies)
         w.microbatch()
         w.b.end_segment()
     w.gradient_sync_and_step()

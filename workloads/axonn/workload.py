@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from workloads.axonn.grid import axonn_groups
+from workloads.axonn.implementation import preset_for, weight_policy
 from workloads.axonn.layers import block_layouts, logits_layout
 from workloads.axonn.memory import MemoryBreakdown, axonn_memory
 from workloads.axonn.params import AxonnParallel, Grid
 from workloads.axonn.program import AxonnSetup, build_axonn_program
+from workloads.axonn.schedule import AxonnCalls
 from workloads.errors import WorkloadError
 from workloads.graph import OpGraph
 from workloads.models import TransformerSpec
@@ -26,6 +28,10 @@ def check_grid(
     if grid.size != gpus:
         raise WorkloadError(
             f"parallel.grid: X*Y*Z*data = {grid.size} does not equal the {gpus} GPUs"
+        )
+    if params.cached_layers is not None and params.cached_layers > spec.layers:
+        raise WorkloadError(
+            f"parallel.cached_layers={params.cached_layers} exceeds the model's {spec.layers} layers"
         )
     block_layouts(spec, grid, params.transpose_alternate)
     logits_layout(spec, grid)
@@ -45,12 +51,28 @@ def memory_for(
         spec,
         grid,
         mbs,
+        preset=preset_for(params),
+        policy=weight_policy(params, spec.layers),
         checkpointing=training.activation_checkpointing,
-        oag="oag" in params.overlap,
-        cache_weights=params.cache_weights,
+        overlap=params.overlap,
         optimizer=training.optimizer,
         transpose_alternate=params.transpose_alternate,
         flash_attention=training.flash_attention,
+    )
+
+
+def axonn_calls(
+    spec: TransformerSpec, grid: Grid, params: AxonnParallel, training: TrainingSetup, mbs: int
+) -> AxonnCalls:
+    """The collective description (schedule.py) of a grid at microbatch size `mbs`."""
+    return AxonnCalls(
+        spec,
+        grid,
+        preset_for(params),
+        weight_policy(params, spec.layers),
+        mbs * spec.seq_len,
+        training.activation_checkpointing,
+        params.transpose_alternate,
     )
 
 
@@ -120,7 +142,8 @@ def build_axonn_workload(
         oar="oar" in params.overlap,
         ors="ors" in params.overlap,
         oag="oag" in params.overlap,
-        cache_weights=params.cache_weights,
+        implementation=params.implementation,
+        policy=weight_policy(params, spec.layers),
         expert_mode=params.expert_mode,
         checkpointing=training.activation_checkpointing,
         transpose_alternate=params.transpose_alternate,
@@ -143,5 +166,8 @@ def build_axonn_workload(
             "microbatches": setup.microbatches,
             "microbatch_sequences": microbatch_sequences,
             "overlap": list(params.overlap),
+            "implementation": params.implementation,
+            "weight_lifetime": setup.policy.label,
+            "cached_layers": setup.policy.cached_blocks,
         },
     )

@@ -18,26 +18,79 @@ PartitionLevel = Literal["pair", "node", "global"]
 
 
 class MegatronParallel(UserModel):
-    """Megatron-LM: tensor parallel `tp` (optionally sequence parallel), pipeline `pp`
-    with 1F1B (`virtual_stages` > 1: interleaved), data parallel over the rest with
-    bucketed gradient all-reduce or the distributed optimizer.
+    """Megatron-LM: tensor parallel `tp` (optionally sequence parallel), context parallel
+    `cp`, pipeline `pp` with 1F1B (`virtual_stages` > 1: interleaved), data parallel over
+    the rest with bucketed gradient all-reduce or the distributed optimizer.
 
+    cp: GPUs that split every sequence (Megatron-Core's context parallelism); cp_comm:
+    how attention gets the other chunks' keys and values: 'p2p' (ring: KV passed around
+    the CP ring, overlapped with the attention of the chunk in hand; Megatron's default),
+    'all_gather' (all-gather KV before attention, reduce-scatter its gradient) or 'a2a'
+    (DeepSpeed-Ulysses: all-to-all from sequence to head split and back).
+    layers_per_stage: transformer layers of each pipeline rank (uneven stages, e.g.
+    Llama 3 405B: [7, 8 x 14, 7]); account_for_embedding / account_for_loss: Megatron's
+    rule that the embedding / the loss count as one layer of the first / last stage
+    when the layers are split evenly (126 layers on 16 stages: 7, 8, ..., 8, 7).
     recompute: 'full' (checkpoint every block), 'selective' (recompute the attention
     kernel) or 'none'; None follows training.activation_checkpointing (full / none).
-    bucket_size: gradient bucket in elements (None: Megatron's max(40M, 1M x dp)).
+    distribute_saved_activations: Megatron-LM's --distribute-saved-activations (formerly
+    --distribute-checkpointed-activations): with full recompute, each block's saved input
+    is split over the tensor-parallel GPUs and all-gathered before its recompute (not with
+    sequence parallelism, as Megatron asserts).
+    bucket_size: gradient bucket in elements (None: Megatron's max(40M, 1M x dp x cp)).
     """
 
     strategy: Literal["megatron"] = "megatron"
     tp: int | None = Field(default=None, ge=1)
     pp: int | None = Field(default=None, ge=1)
+    cp: int = Field(default=1, ge=1, le=2**14)
+    cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
+    layers_per_stage: tuple[int, ...] | None = Field(default=None, min_length=1, max_length=4096)
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
     virtual_stages: int = Field(default=1, ge=1)
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
     recompute: Literal["none", "full", "selective"] | None = None
+    distribute_saved_activations: bool = False
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     bucket_size: int | None = Field(default=None, ge=1)
     grad_reduce_in_fp32: bool = True
+
+    @model_validator(mode="after")
+    def _distributed_saves(self) -> MegatronParallel:
+        if self.distribute_saved_activations and self.sequence_parallel:
+            raise ValueError(
+                "parallel.distribute_saved_activations cannot be combined with "
+                "sequence_parallel (Megatron-LM asserts the same)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _stages(self) -> MegatronParallel:
+        given = self.layers_per_stage
+        if given is None:
+            return self
+        if any(n < 1 for n in given):
+            raise ValueError("parallel.layers_per_stage: every stage needs at least one layer")
+        if self.pp is not None and self.pp != len(given):
+            raise ValueError(
+                f"parallel.layers_per_stage lists {len(given)} stages but parallel.pp={self.pp}"
+            )
+        if self.account_for_embedding or self.account_for_loss:
+            raise ValueError(
+                "parallel.layers_per_stage cannot be combined with account_for_embedding / "
+                "account_for_loss (the list already says where every layer goes)"
+            )
+        return self
+
+    @property
+    def pipeline_size(self) -> int | None:
+        """pp as given, or the length of layers_per_stage."""
+        if self.pp is None and self.layers_per_stage is not None:
+            return len(self.layers_per_stage)
+        return self.pp
 
 
 class ShardedParallel(UserModel):
@@ -59,10 +112,12 @@ class ShardedParallel(UserModel):
 
 
 class ZeroppParallel(UserModel):
-    """ZeRO++ (Wang et al. 2023) over all GPUs: qwz (int8 forward all-gather), hpz
-    (secondary bf16 weight partition inside each node for the backward all-gathers),
-    qgz (int4 gradients through a hierarchical all-to-all: inside the node, then across
-    nodes)."""
+    """ZeRO++ (Wang et al. 2023, DeepSpeed's ZeRO-3 with its three options) over all GPUs:
+    qwz (every weight all-gather in int8), hpz (a secondary weight partition inside each
+    node, `zero_hpz_partition_size` = GPUs per node: once the first forward of an
+    iteration has filled it, the recompute, backward and later forward all-gathers read it
+    and never leave the node), qgz (int4 gradients through DeepSpeed's two-stage
+    all-to-all: inside the node, reduce, then across nodes)."""
 
     strategy: Literal["zeropp"] = "zeropp"
     qwz: bool = True
@@ -74,21 +129,32 @@ class ZeroppParallel(UserModel):
 
 
 class ZeroppHierParallel(UserModel):
-    """ZeRO++ with 3-level hierarchical partitioning (Frontier: GCD pair, node, global).
+    """ZeRO++ with 3-level hierarchical partitioning (Xu et al., arXiv 2501.04266, on
+    Frontier: GCD pair (one MI250X, 200 GB/s), node (Infinity Fabric 50-100 GB/s), global
+    (4 x 25 GB/s Slingshot per node)).
 
-    forward_partition / backward_partition: the partition the forward / backward
-    all-gathers read ('global' = ZeRO-3's; a node or pair partition is an extra bf16
-    copy refreshed after each optimizer step). gradient_partition: the first level of
-    the hierarchical gradient reduction ('pair' -> pair, node, global; 'node' -> node,
-    global; 'global' -> one flat reduction).
+    forward_partition: what the first forward all-gather of an iteration reads ('global' =
+    ZeRO's primary shards; 'node' / 'pair' = an extra bf16 partition refreshed from the
+    primary shards after each optimizer step). backward_partition: the secondary (hpZ)
+    partition that the recompute, backward and later forward all-gathers read.
+    gradient_partition: the first level of the hierarchical gradient reduction ('pair' ->
+    pair, node, global; 'node' -> node, global, which is ZeRO++'s qgZ; 'global' -> one
+    flat reduction).
+
+    The defaults are the hierarchy as we read the paper: secondary weight partition on the
+    GCD pair and gradients reduced pair -> node -> global, forward from the primary
+    shards. The paper does not publish the per-collective assignment in a form we could
+    check (shared/reference/baselines.md), so this is an assumption; `compare-strategies`
+    also searches the other assignments. (forward global, backward node, gradient node)
+    is ZeRO++ itself and is not searched under this name.
     """
 
     strategy: Literal["zeropp-hier"] = "zeropp-hier"
     qwz: bool = True
     qgz: bool = True
     forward_partition: PartitionLevel = "global"
-    backward_partition: PartitionLevel = "node"
-    gradient_partition: PartitionLevel = "node"
+    backward_partition: PartitionLevel = "pair"
+    gradient_partition: PartitionLevel = "pair"
     granularity: Literal["block", "linear"] = "linear"
     forward_prefetch: bool = True
     backward_prefetch: bool = True

@@ -1,9 +1,15 @@
 """ZeRO-3 / FSDP / ZeRO++ weight gathers and gradient reductions of one rank.
 
-Gathers: the forward all-gather reads the forward partition (int8 with qwZ: quantise the
-shard, gather 1 byte per element, dequantise the gathered weight); the backward and
-recompute all-gathers read the backward partition (ZeRO++'s hpZ keeps a bf16 secondary
-partition inside the node, so these never leave it).
+Gathers follow DeepSpeed's ZeRO-3 code (deepspeed/runtime/zero/partition_parameters.py,
+partitioned_param_coordinator.py, commit 38327e0): the first forward all-gather of an
+iteration reads the forward partition (ZeRO's primary shards over all GPUs); releasing the
+gathered weight fills the secondary partition (hpZ, `_partition_param_sec`), and every
+later all-gather of the iteration (recompute, backward, the forwards of later
+microbatches) reads that secondary partition when there is one (`use_secondary_tensor`),
+so those never leave the node (ZeRO++) or the GCD pair (the Frontier hierarchy). With qwZ
+every all-gather, primary or secondary, moves int8 (`all_gather_coalesced(quantize=True)`
+quantises the secondary shards too): quantise the shard, gather 1 byte per element,
+dequantise the gathered weight.
 
 Gradient reductions: a reduce-scatter over the shard group, or a hierarchy of them
 (finest level first, each on the previous level's output); with qgZ each level is an
@@ -11,12 +17,16 @@ int4 all-to-all between a quantise and a dequantise-and-reduce kernel, the whole
 a reduction side stream (DeepSpeed's qgZ), so the backward keeps computing. HSDP adds an
 all-reduce of the shard over the replicas once the gradients are final.
 
-Quantisation kernels are memory-bound QUANTIZE ops; their scale factors are ignored (one
-fp32 scale per few thousand elements).
+Quantisation kernels are memory-bound QUANTIZE ops. Their fp32 scale factors travel in
+a collective of their own right after the data, as DeepSpeed issues them: qwZ all-gathers
+one scale per group of about QWZ_GROUP_ELEMS weights (`quant_handle`), qgZ's all-to-alls
+one scale per row or column group (`all_to_all_single(scale_output, ...)`). Their bytes
+are small; what they add is one more collective's latency.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from workloads.hybrid.groups import LEVEL_GROUP, REFRESH_GROUP, gradient_groups, group_size
@@ -27,6 +37,10 @@ from workloads.ops import ComputeKind as C
 
 INT8_BYTES = 1.0
 INT4_BYTES = 0.5
+SCALE_BYTES = 4.0  # fp32 quantisation scales
+QWZ_GROUP_ELEMS = 8000
+"""Weights per qwZ scale: DeepSpeed's CUDAQuantizer.target_group_size (partition_parameters.py,
+commit 38327e0: "the optimal size is 4k, so we set the target to be below 8k")."""
 QGZ_STREAM = "qgz"
 
 
@@ -38,6 +52,7 @@ class Gather:
     elems: float
     quantized: bool
     tag: str
+    scales: int = -1  # the all-gather of the int8 scales (qwZ), if any
 
 
 class Sharder:
@@ -49,18 +64,30 @@ class Sharder:
         self.sh = setup.sharding
         self.db = dtype_bytes
         self.pending: list[int] = []
+        # True once the first forward of the iteration has gathered (and so filled the
+        # secondary partition, DeepSpeed's `_partition_param_sec`)
+        self.secondary_filled = False
+
+    def level(self, backward: bool) -> str:
+        """The partition an all-gather reads: the backward (secondary) partition for
+        backward/recompute gathers and for forwards once it is filled, else the forward one."""
+        sh = self.sh
+        if backward:
+            return sh.backward_level
+        if self.secondary_filled and sh.backward_level != "global":
+            return sh.backward_level
+        return sh.forward_level
 
     def _size(self, group: str) -> int:
         return group_size(self.setup, group)
 
     def gather(self, tag: str, elems: float, backward: bool, blocking: bool) -> Gather:
         """All-gather `elems` weight elements (the gathered size) for forward or backward."""
-        level = self.sh.backward_level if backward else self.sh.forward_level
-        group = LEVEL_GROUP[level]
+        group = LEVEL_GROUP[self.level(backward)]
         size = self._size(group)
         if size == 1:
             return Gather(-1, elems, False, tag)
-        quant = self.sh.qwz and not backward
+        quant = self.sh.qwz
         if quant:
             shard = elems / size
             self.b.compute(
@@ -68,7 +95,13 @@ class Sharder:
             )
         nbytes = elems * (INT8_BYTES if quant else self.db)
         h = self.b.collective(f"{tag}.ag_{group}", K.ALL_GATHER, group, nbytes, blocking=False)
-        g = Gather(h, elems, quant, tag)
+        scales = -1
+        if quant:
+            scale_bytes = SCALE_BYTES * math.ceil(elems / QWZ_GROUP_ELEMS)
+            scales = self.b.collective(
+                f"{tag}.ag_{group}.scales", K.ALL_GATHER, group, scale_bytes, blocking=False
+            )
+        g = Gather(h, elems, quant, tag, scales)
         if blocking:
             self.finish(g)
         return g
@@ -78,19 +111,22 @@ class Sharder:
         if g.handle < 0:
             return
         self.b.wait(g.handle)
+        if g.scales >= 0:
+            self.b.wait(g.scales)
         if g.quantized:
             self.b.compute(
                 f"{g.tag}.qwz.dequant", C.QUANTIZE, 2.0 * g.elems, (INT8_BYTES + self.db) * g.elems
             )
 
-    def reduce(self, tag: str, elems: float, last: bool) -> None:
+    def reduce(self, tag: str, elems: float, last: bool, max_dim: int = 0) -> None:
         """Reduce `elems` gradient elements into shards (every microbatch unless
-        `sync_every_microbatch` is off), and over the replicas when `last`."""
+        `sync_every_microbatch` is off), and over the replicas when `last`. `max_dim`: the
+        weight's larger dimension where known (it sets qgZ's scale count)."""
         if not (last or self.sh.sync_every_microbatch):
             return
         levels = [g for g in gradient_groups(self.sh.gradient_level) if self._size(g) > 1]
         if self.sh.qgz:
-            tail, cur = self._qgz_chain(tag, elems, levels)
+            tail, cur = self._qgz_chain(tag, elems, levels, max_dim)
         else:
             tail, cur = self._rs_chain(tag, elems, levels)
         if last and self.setup.replicate > 1:
@@ -120,8 +156,12 @@ class Sharder:
             cur /= self._size(g)
         return prev, cur
 
-    def _qgz_chain(self, tag: str, elems: float, levels: list[str]) -> tuple[int | None, float]:
+    def _qgz_chain(
+        self, tag: str, elems: float, levels: list[str], max_dim: int
+    ) -> tuple[int | None, float]:
         b, s = self.b, QGZ_STREAM
+        # DeepSpeed's all_to_all_quant_reduce: max(rows, columns, world) int4 groups
+        groups = max(max_dim, self.setup.world)
         deps = b.last_compute()
         tail: int | None = None
         cur = elems
@@ -132,6 +172,7 @@ class Sharder:
             )
             deps = ()
             b.side_collective(f"{tag}.qgz.a2a_{g}", K.ALL_TO_ALL, g, INT4_BYTES * cur, s)
+            b.side_collective(f"{tag}.qgz.a2a_{g}.scales", K.ALL_TO_ALL, g, SCALE_BYTES * groups, s)
             tail = b.side_compute(
                 f"{tag}.qgz.dequant_reduce_{g}",
                 C.QUANTIZE,
@@ -140,6 +181,7 @@ class Sharder:
                 s,
             )
             cur /= k
+            groups = max(groups // k, 1)  # inter_quant_group = intra_quant_group // local size
         return tail, cur
 
     def wait_pending(self, name: str = "wait:grads") -> None:

@@ -1,7 +1,8 @@
 """Per-GPU memory of Optimus, and the largest batch that fits.
 
-Model states: 16 bytes per parameter a GPU holds (bf16/fp16 weights 2, gradients 2, fp32
-master weights and Adam moments 12; SGD: 8), every weight split over the q x q mesh.
+Model states per parameter a GPU holds: weights and gradients in the model's dtype plus
+the optimizer state (`optimizer_bytes_per_param`: mixed-precision Adam 12, fp32 Adam 8),
+every weight split over the q x q mesh.
 SUMMA buffers: the broadcast X and A blocks of the largest linear (twice when the next
 step's broadcasts are prefetched). Activations are blocks of (tokens/q) x (features/q):
 activation memory per GPU falls as 1/q^2 (Megatron's 1D tensor parallelism keeps the
@@ -18,6 +19,7 @@ from workloads.memory import (
     MemoryBreakdown,
     block_activation_bytes,
     largest_fitting,
+    optimizer_bytes_per_param,
 )
 from workloads.models import TransformerSpec
 from workloads.optimus.program import (
@@ -46,7 +48,7 @@ def optimus_memory(spec: TransformerSpec, setup: OptimusSetup) -> MemoryBreakdow
         activations = spec.layers * db * shape.res_elems + block_act
     else:
         activations = spec.layers * block_act
-    adam = 12.0 if setup.optimizer == "adam" else 4.0
+    adam = optimizer_bytes_per_param(setup.optimizer, db)
     return MemoryBreakdown(
         weights=db * params,
         gradients=db * params,

@@ -1,0 +1,128 @@
+"""The AxoNN code versions axsim can replay, and what each one's iteration really does.
+
+A published number is the product of one code version, not of the algorithm in the
+abstract. Two versions matter and differ in ways that move iteration time by tens of
+percent at scale (all read in the public sources named below):
+
+`sc24` — the code of the SC'24 paper's runs (Singh et al., arXiv 2502.08145):
+Megatron-AxoNN (github.com/axonn-ai/Megatron-AxoNN, branches update-amd-script of
+2024-01-17 for Frontier and gordon-bell-perlmutter of 2024-03 for Perlmutter) on axonn
+before commit c5ef65d (2024-07-09).
+- Weight lifetime "keep": `AsyncLinear.forward` saved the Z-gathered weight for its
+  backward (`ctx.save_for_backward(input_, weight, original_weight)`, removed by c5ef65d),
+  so backward issues no all-gather. With full activation checkpointing the forward runs
+  under no_grad and the recompute's gather is the one saved.
+- Megatron-AxoNN's weight cache (`--num-layers-for-caching-weights-in-depth-tensor-
+  parallel-all-gather K`): the first K blocks keep their gathered weights in axonn's
+  `weights_cache` until `train_step` calls `clear_weights_cache()` after the optimizer
+  step, so a cached block gathers once per iteration.
+- Overlap: `forward_backward_no_pipelining` runs each microbatch's forward step outside
+  `optimize_communication` and only the backward step inside it, so the forward's Z
+  all-gathers are blocking; OAG prefetches inside each checkpointed block's recompute
+  (`overlap_all_gathers_for_checkpointed_forward(ctx.checkpointed_model)`: the block's
+  own linears in module order, the first issued on entry). OAR and ORS as the paper
+  describes; ORS handles are synchronised when the context exits.
+- Embedding and logits: Megatron's VocabParallelEmbedding and vocab-parallel output
+  layer split the (tied) vocabulary over the X·Y group (`outer_inner_intra_layer_
+  parallel_group`, Megatron-AxoNN commit 7637494) and are replicated over Z and data;
+  the embedding's forward all-reduce, the logits' backward input all-reduce and the
+  vocab-parallel cross entropy's three statistics all-reduces run on that group. The
+  transformer drops its input over X (backward: all-gather over X) and gathers its
+  output over X (transformer.py: `drop`/`gather` with skip_batch).
+- Gradients: bf16 training sets `accumulate_allreduce_grads_in_fp32` (Megatron
+  arguments.py), so every parameter has an fp32 `main_grad`. After the last microbatch
+  `sync_gradients(model, gradient_attr_name="main_grad", vectorize=False)` all-reduces,
+  one tensor at a time in fp32 over Z, every parameter that is not a Z-sharded weight
+  (LayerNorms, biases, the replicated embedding, the position embedding); then Megatron's
+  DistributedDataParallel (overlap_grad_reduce off in every launch script, so one bucket)
+  all-reduces the whole fp32 gradient buffer over data, after the backward, not
+  overlapped.
+- Model states: bf16 weights (2 B), fp32 main grads (4 B), fp32 master weights (4 B) and
+  Adam moments (8 B): 18 bytes per parameter (Megatron's Float16OptimizerWithFloat16Params).
+
+`axonn-0.2` — the PyPI release 0.2.0 (git 464e4a8, 2024-10-19), the algorithm as
+axonn-4d.md describes it: the backward re-gathers the weight (c5ef65d), OAG prefetches
+in the forward too (`optimize_communication` wraps forward and backward), the
+embedding is a 4D-parallel linear (vocabulary over Y, sharded over Z), and
+`sync_gradients` all-reduces each weight shard over data, each bias and LayerNorm
+parameter over data then Z, and the rest over the world, one bf16 tensor at a time.
+16 bytes per parameter (bf16 weights and gradients, fp32 master, Adam).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workloads.axonn.params import AxonnParallel, Implementation, WeightLifetime
+
+
+@dataclass(frozen=True)
+class ImplementationPreset:
+    """What one AxoNN code version does beyond the 4D algorithm itself."""
+
+    name: Implementation
+    source: str
+    default_lifetime: WeightLifetime
+    forward_prefetch: bool  # OAG also prefetches in the forward pass (not only recompute)
+    embedding: Literal["4d", "vocab-parallel-xy"]
+    grad_sync: Literal["per-tensor", "one-bucket"]
+    grad_dtype_bytes: int  # gradient buffer and all-reduce precision
+    pending_shard_grads: bool  # ORS keeps bf16 shard gradients beside the fp32 main grads
+
+
+PRESETS: dict[str, ImplementationPreset] = {
+    "sc24": ImplementationPreset(
+        name="sc24",
+        source=(
+            "Megatron-AxoNN update-amd-script (2024-01-17) / gordon-bell-perlmutter "
+            "(2024-03) on axonn before c5ef65d (2024-07-09)"
+        ),
+        default_lifetime="keep",
+        forward_prefetch=False,
+        embedding="vocab-parallel-xy",
+        grad_sync="one-bucket",
+        grad_dtype_bytes=4,
+        pending_shard_grads=True,
+    ),
+    "axonn-0.2": ImplementationPreset(
+        name="axonn-0.2",
+        source="axonn 0.2.0 (PyPI; git 464e4a8, 2024-10-19)",
+        default_lifetime="regather",
+        forward_prefetch=True,
+        embedding="4d",
+        grad_sync="per-tensor",
+        grad_dtype_bytes=2,
+        pending_shard_grads=False,
+    ),
+}
+
+
+def preset_for(params: AxonnParallel) -> ImplementationPreset:
+    """The implementation preset a parallel config names."""
+    return PRESETS[params.implementation]
+
+
+@dataclass(frozen=True)
+class WeightPolicy:
+    """Which blocks cache their gathered weights, and what the others do."""
+
+    lifetime: WeightLifetime  # of the blocks that do not cache ('regather' or 'keep')
+    cached_blocks: int  # the first `cached_blocks` blocks cache for the iteration
+
+    def cached(self, layer: int) -> bool:
+        return layer < self.cached_blocks
+
+    @property
+    def label(self) -> str:
+        """'cache' when blocks cache, else the lifetime (what a report prints)."""
+        return "cache" if self.cached_blocks else self.lifetime
+
+
+def weight_policy(params: AxonnParallel, layers: int) -> WeightPolicy:
+    """Resolve `weight_lifetime` / `cached_layers` against the model's block count."""
+    preset = preset_for(params)
+    if params.weight_lifetime != "cache":
+        return WeightPolicy(params.weight_lifetime or preset.default_lifetime, 0)
+    k = layers if params.cached_layers is None else min(params.cached_layers, layers)
+    return WeightPolicy(preset.default_lifetime, k)
