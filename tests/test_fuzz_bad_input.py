@@ -368,7 +368,9 @@ def test_damaged_journals(finished_sweep: Path, data: st.DataObject) -> None:
 # -------------------------------------------------------------------- flags
 FLAG_VALUES = ["", "0", "-1", "1", "2", "3", "8", "16", "nan", "inf", "-inf", "1e400", "1e-400"]
 FLAG_VALUES += ["abc", "1K:1G", "1M", "64M:1K", "1,1,1,1", "0,1,1,1", "2,2,2,2", "all", "none"]
-FLAG_VALUES += ["oar,ors", "oar,,oar", "/proc/axsim-no/x", "tests", str(CUSTOM), str(VIDUR)]
+# CUSTOM / VIDUR stand for scratch copies of the fixtures (`in_scratch`): a drawn value is
+# also an output path (`calibrate -o VIDUR`), and a test must never write into tests/data
+FLAG_VALUES += ["oar,ors", "oar,,oar", "/proc/axsim-no/x", "tests", "CUSTOM", "VIDUR"]
 FLAG_VALUES += ["perlmutter", "dgx-h100", "custom", "gpt-tiny", "h100", "x" * 300, "ü", "-"]
 FLAG_VALUES += ["fsdp", "axonn,fsdp", "fsdp,fsdp", "cluster.gpus=8", "engine.mode=full", "a=b"]
 # Base arguments that keep each command small; flags drawn for it come after them (a later
@@ -381,7 +383,7 @@ COMMANDS: dict[str, tuple[list[str], list[str]]] = {
     "collective": (["dgx-h100", "--nodes", "1", "--group", "8", "--bytes", "1M"], []),
     "topology": (["dgx-h100", "--nodes", "1", "--json"], []),
     "sweep": (["SPEC", "--out", "o", "--no-progress"], []),
-    "calibrate": ([str(VIDUR), "-o", "c.yaml"], []),
+    "calibrate": (["VIDUR", "-o", "c.yaml"], []),
     "compare": (["--traces", "T", "--machine", "dgx-h100", "--json"], []),
     "presets": ([], []),
     "schema": ([], []),
@@ -424,6 +426,43 @@ def command_lines(draw: st.DrawFn) -> tuple[str, list[str]]:
     return name, [*argv, *tail]
 
 
+def in_scratch(argv: list[str], d: Path) -> list[str]:
+    """`argv` with its placeholders replaced by files of the scratch folder `d`: SPEC (the
+    sweep spec), T (a traced run) and copies of the fixtures CUSTOM and VIDUR, so that a
+    drawn output path can only ever overwrite a copy."""
+    fixtures = {"CUSTOM": CUSTOM, "VIDUR": VIDUR}
+    names = {"SPEC": d / "spec.yaml", "T": d / "traces"}
+    for token, source in fixtures.items():
+        if token in argv:
+            names[token] = d / "fixtures" / source.name
+            names[token].parent.mkdir(exist_ok=True)
+            shutil.copyfile(source, names[token])
+    return [str(names[a]) if a in names else a for a in argv]
+
+
+@fuzz_settings("flags")
+@given(command_lines())
+def test_flag_lines_never_name_a_repository_file(line: tuple[str, list[str]]) -> None:
+    """Regression: `calibrate VIDUR -o c.yaml -o <fixture>` once overwrote
+    tests/data/vidur_network/h100_dgx__all_reduce.csv with a calibration."""
+    with scratch() as d:
+        argv = in_scratch(line[1], d)
+    repo = Path(__file__).resolve().parents[1]
+    for a in argv:
+        if "/" in a and Path(a).is_absolute():
+            assert not Path(a).resolve().is_relative_to(repo), (line, a)
+
+
+def test_calibrate_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    """The product side of the same hole: `--out` naming an input is one line, exit 2,
+    and the measurements are untouched."""
+    table = tmp_path / VIDUR.name
+    shutil.copyfile(VIDUR, table)
+    run = run_cli("flags", ["calibrate", str(table), "-o", "c.yaml", "-o", str(table)])
+    assert run.code == 2 and "--out" in run.err and "one of the inputs" in run.err
+    assert table.read_bytes() == VIDUR.read_bytes()
+
+
 @fuzz_settings("flags")
 @given(command_lines())
 def test_flags(line: tuple[str, list[str]]) -> None:
@@ -433,10 +472,6 @@ def test_flags(line: tuple[str, list[str]]) -> None:
             yaml.safe_dump({"base": BASE, "axes": {"engine.network": ["contention"]}})
         )
         synth.write_run(d / "traces")
-        argv = [
-            str(d / "spec.yaml") if a == "SPEC" else str(d / "traces") if a == "T" else a
-            for a in argv
-        ]
-        run = run_cli("flags", [name, *argv], VERDICTS.get(name, ()))
+        run = run_cli("flags", [name, *in_scratch(argv, d)], VERDICTS.get(name, ()))
     if run.code == 0 and name == "simulate" and run.out.startswith("{"):
         physically_possible(json.loads(run.out))
