@@ -108,10 +108,10 @@ def resolved_mapping(
     if strategy == "axonn" and isinstance(parameters.get("grid"), Mapping):
         par["grid"] = dict(parameters["grid"])
     # the weight cache the grid search chose with the grid (left open: the implementation's own)
-    if strategy == "axonn" and par.get("weight_lifetime") is None:
-        if parameters.get("weight_lifetime") == "cache":
-            par["weight_lifetime"] = "cache"
-            par["cached_layers"] = parameters.get("cached_layers")
+    searched = strategy == "axonn" and par.get("weight_lifetime") is None
+    if searched and parameters.get("weight_lifetime") == "cache":
+        par["weight_lifetime"] = "cache"
+        par["cached_layers"] = parameters.get("cached_layers")
     for field in ("tp", "pp", "shard", "q"):
         if field in par and par[field] is None and parameters.get(field) is not None:
             par[field] = parameters[field]

@@ -71,7 +71,8 @@ def _axonn_plan(
 
 
 def _axonn_microbatch_choice(mbs: int, per_gpu: int, needed: float, gpu: GpuSpec) -> Choice:
-    value = f"{mbs} sequence{'s' if mbs > 1 else ''} x {per_gpu // mbs} microbatches"
+    n = per_gpu // mbs
+    value = f"{mbs} sequence{'s' if mbs > 1 else ''} x {n} microbatch{'es' if n > 1 else ''}"
     cap = gpu.memory_bytes
     if needed <= cap:
         why = f"the largest divisor of the {per_gpu} sequences per GPU that fits ({memory_reason(needed, cap)})"

@@ -107,3 +107,20 @@ def test_presets_list_machines_models_gpus_and_strategies(
     assert "grid" in strategies["axonn"]["chosen_automatically"]
     assert main(["presets", "gpus"]) == 0
     assert "mi250x-gcd" in capsys.readouterr().out
+
+
+def test_a_searched_weight_cache_is_written_into_the_resolved_config() -> None:
+    """The default grid search also picks the weight cache (simulator/search.py); the
+    resolved config fixes it, so loading it reruns the same program."""
+    overrides = ["cluster.machine=dgx-h100", "cluster.gpus=64", "model.name=gpt-5b"]
+    result = simulate(load_config(None, [*overrides, "training.batch_tokens=262144"]))
+    chosen = {c["what"]: c["value"] for c in result.report.choices}
+    assert chosen["weight lifetime"].startswith("cache ")
+    data = yaml.safe_load(resolved_config_yaml(result))
+    assert data["parallel"]["weight_lifetime"] == "cache"
+    assert data["parallel"]["cached_layers"] == result.plan.parameters["cached_layers"]
+    again = simulate(
+        load_config(None, [f"{k}={json.dumps(v)}" for k, v in _flat(yaml.safe_dump(data))])
+    )
+    assert again.report.iteration_time_s == result.report.iteration_time_s
+    assert "weight lifetime" not in _whats(again.report.choices)
