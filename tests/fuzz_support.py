@@ -73,10 +73,16 @@ class Tally:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     slowest: dict[str, tuple[float, str]] = field(default_factory=dict)
 
+    written_at: float = 0.0
+
     def add(self, family: str, outcome: str, seconds: float, what: str) -> None:
         self.counts[(family, outcome)] += 1
         if seconds > self.slowest.get(family, (0.0, ""))[0]:
             self.slowest[family] = (seconds, what[:300])
+        # a long nightly run keeps its counts current, so a run stopped early still has them
+        if time.monotonic() - self.written_at > 10:
+            self.written_at = time.monotonic()
+            write_report()
 
     def as_json(self) -> dict[str, Any]:
         families: dict[str, dict[str, int]] = {}
