@@ -254,3 +254,33 @@ def test_control_characters_in_a_value_stay_on_one_line(
     """Found by the generated suite: '\\x1e' in a machine name split the error line."""
     err = one_line_error(["simulate", "--machine", "0\x1e0\n1"], capsys)
     assert "unknown machine '0\\x1e0 1'" in err
+
+
+# ------------------------------------------------- found by the nightly profile (issue 23)
+def test_a_trace_with_a_non_numeric_message_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'In msg nelems': 'perlmutter' raised ValueError in int() (a traceback)."""
+    traces = tmp_path / "t"
+    synth.write_run(traces)
+    data = json.loads((traces / "rank0.json").read_text())
+    for event in data["traceEvents"]:  # the kernel and its record_param_comms
+        if "In msg nelems" in event.get("args", {}):
+            event["args"]["In msg nelems"] = "perlmutter"
+    (traces / "rank0.json").write_text(json.dumps(data))
+    err = one_line_error(["calibrate", str(traces), "-o", str(tmp_path / "c.yaml")], capsys)
+    assert "'In msg nelems' is 'perlmutter', not a whole number of elements" in err
+
+
+def test_a_custom_topology_link_end_that_is_not_a_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A link whose `src` is a list raised TypeError (unhashable) instead of naming it."""
+    import yaml
+
+    tree = yaml.safe_load((ROOT / "tests" / "data" / "custom_topology.yaml").read_text())
+    tree["links"][0]["src"] = ["a.gpu0"]
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    err = one_line_error(["topology", "custom", "--file", str(path), "--json"], capsys)
+    assert "link 0" in err and "unknown device '['a.gpu0']'" in err

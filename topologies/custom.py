@@ -246,7 +246,7 @@ def _links(
         for end in ("src", "dst"):
             if entry.get(end) is None:
                 raise TopologyError(f"{label}: dangling link, missing '{end}'")
-            if entry[end] not in index:
+            if not isinstance(entry[end], str) or entry[end] not in index:
                 raise TopologyError(f"{label}: unknown device '{entry[end]}'")
             ends.append(index[entry[end]])
         if ends[0] == ends[1]:
