@@ -91,7 +91,7 @@ class Tally:
         return {
             "profile": PROFILE,
             "cases": sum(self.counts.values()),
-            "tracebacks": 0,  # a traceback fails the run, so a written report has none
+            "tracebacks": sum(n for (_, o), n in self.counts.items() if o == "traceback"),
             "by_family": families,
             "slowest_case_s": {
                 k: {"s": round(v[0], 2), "case": v[1]} for k, v in self.slowest.items()
@@ -129,6 +129,10 @@ def run_cli(family: str, argv: list[str], verdicts: tuple[int, ...] = ()) -> Run
             code = main(argv)
         except SystemExit as e:  # click.Exit and --strict-memory's exit 3
             code = e.code if isinstance(e.code, int) else 1
+        except BaseException:  # the traceback a user would see: counted, then it fails the test
+            TALLY.add(family, "traceback", time.perf_counter() - t0, " ".join(argv))
+            write_report()
+            raise
     seconds = time.perf_counter() - t0
     text = err.getvalue()
     assert "Traceback" not in text, (argv, text)
