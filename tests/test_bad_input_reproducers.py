@@ -284,3 +284,32 @@ def test_a_custom_topology_link_end_that_is_not_a_name(
     path.write_text(yaml.safe_dump(tree))
     err = one_line_error(["topology", "custom", "--file", str(path), "--json"], capsys)
     assert "link 0" in err and "unknown device '['a.gpu0']'" in err
+
+
+@pytest.mark.parametrize(
+    "damage,needle",
+    [
+        ("cat", "has a 'cat' that is not text"),  # TypeError: unhashable type: 'list'
+        ("tid", "has a 'tid' that is not a number or text"),  # unhashable thread key
+        ("deviceProperties", None),  # TypeError: 'bool' object is not iterable; now ignored
+    ],
+)
+def test_a_trace_with_wrong_shaped_fields(
+    damage: str, needle: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three tracebacks the nightly profile found in damaged Kineto traces."""
+    traces = tmp_path / "t"
+    synth.write_run(traces)
+    data = json.loads((traces / "rank0.json").read_text())
+    if damage == "deviceProperties":
+        data["deviceProperties"] = True
+    else:
+        kernel = next(e for e in data["traceEvents"] if e.get("cat") == "kernel")
+        kernel[damage] = [1]
+    (traces / "rank0.json").write_text(json.dumps(data))
+    args = ["calibrate", str(traces), "--gpu", "h100", "-o", str(tmp_path / "c.yaml")]
+    if needle is None:
+        code = main(args)
+        assert code in (0, 2) and "Traceback" not in capsys.readouterr().err
+    else:
+        assert needle in one_line_error(args, capsys)

@@ -199,6 +199,8 @@ class _Ingest:
     def add(self, index: int, ev: dict[str, Any]) -> None:
         ph = ev.get("ph")
         cat = ev.get("cat")
+        if cat is not None and not isinstance(cat, str):  # found by the bad-input suite
+            raise self.fail(index, ev, f"has a 'cat' that is not text ({cat!r})")
         if ph != "X":
             self._flow(cat)
             return
@@ -209,6 +211,9 @@ class _Ingest:
         if "name" not in ev or "pid" not in ev or "tid" not in ev:
             missing = next(k for k in ("name", "pid", "tid") if k not in ev)
             raise self.fail(index, ev, f"lacks {missing!r}")
+        for key in ("pid", "tid"):  # thread keys: a list or mapping cannot name a thread
+            if not isinstance(ev[key], int | str):
+                raise self.fail(index, ev, f"has a {key!r} that is not a number or text")
         ts, dur = ev.get("ts"), ev.get("dur")
         if type(ts) is not float and type(ts) is not int:
             ts = _num(ts)
