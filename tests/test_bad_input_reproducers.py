@@ -313,3 +313,9 @@ def test_a_trace_with_wrong_shaped_fields(
         assert code in (0, 2) and "Traceback" not in capsys.readouterr().err
     else:
         assert needle in one_line_error(args, capsys)
+
+
+def test_compare_traces_with_a_name_too_long(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the nightly profile: Path.exists() raised OSError (ENAMETOOLONG)."""
+    args = ["compare", "--traces", "x" * 300, "--machine", "dgx-h100"]
+    assert "File name too long" in one_line_error(args, capsys)
