@@ -9,12 +9,14 @@ print(result.report.iteration_time_s)
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from simulator.build import build_cost_model, build_topology
+from simulator.choices import Choice, algorithm_choices
 from simulator.config import ExperimentConfig
 from simulator.engine.core import Engine, EngineResult, MaterializationRequired, ProgressFn
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, CostModelError
 from simulator.network.params import network_params_for
 from simulator.outputs.report import Report, build_report, model_overrides
 from simulator.workload import WorkloadPlan, build_plan
@@ -33,6 +35,15 @@ class Result:
     report: Report
 
 
+def run_choices(
+    plan: WorkloadPlan, engine: Engine, decisions: dict[Hashable, tuple[str, dict[str, float]]]
+) -> list[Choice]:
+    """Every automatic choice of a run: the plan's, the engine mode and the tuner's."""
+    mode = Choice("engine mode", engine.view.mode, engine.view.reason)
+    sizes = {name: kind.size for name, kind in plan.graph.groups.items()}
+    return [*plan.choices, mode, *algorithm_choices(decisions, plan.group_aliases, sizes)]
+
+
 def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) -> Result:
     """Simulate one training iteration of `config` and summarise it."""
     t0 = time.perf_counter()
@@ -40,17 +51,10 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     gpu = gpu_spec(config.cluster.gpu or topology.gpu_type)
     calibration = None
     if config.engine.calibration:
-        from simulator.cost.calibration import load_calibration
+        from simulator.cost.calibration import load_calibration, require_gpu
 
         calibration = load_calibration(config.engine.calibration)
-        if calibration.for_gpu(gpu.name) is None:
-            # a calibration only speaks for the GPU type it was fitted on: applying none of
-            # it silently would report an uncalibrated run as calibrated
-            fitted = ", ".join(sorted(calibration.gpus)) or "none"
-            raise ConfigError(
-                f"engine.calibration: {config.engine.calibration} has no tables for GPU "
-                f"'{gpu.name}' (it calibrates: {fitted})"
-            )
+        require_gpu(calibration, gpu.name, f"engine.calibration: {config.engine.calibration}")
     from simulator.cost.kernels import KernelModel
 
     kernels = KernelModel(gpu, calibration=calibration)
@@ -67,26 +71,41 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     plan = build_plan(config, topology, gpu)
     stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}
 
+    engines: list[Engine] = []
+
     def engine_for(plan: WorkloadPlan) -> Engine:
-        return Engine(
-            plan.graph,
-            topology,
-            cost,
-            mode=config.engine.mode,
-            stragglers=stragglers,
-            steady_state=config.engine.steady_state,
-            progress=progress,
+        engines.append(
+            Engine(
+                plan.graph,
+                topology,
+                cost,
+                mode=config.engine.mode,
+                stragglers=stragglers,
+                steady_state=config.engine.steady_state,
+                progress=progress,
+            )
         )
+        return engines[-1]
 
     try:
-        result = engine_for(plan).run()
-    except MaterializationRequired:
-        # repeated microbatches could not be proven identical: expand them and run all
-        expanded = config.model_copy(
-            update={"engine": config.engine.model_copy(update={"virtual_microbatches": False})}
-        )
-        plan = build_plan(expanded, topology, gpu)
-        result = engine_for(plan).run()
+        try:
+            result = engine_for(plan).run()
+        except MaterializationRequired:
+            # repeated microbatches could not be proven identical: expand them and run all
+            expanded = config.model_copy(
+                update={"engine": config.engine.model_copy(update={"virtual_microbatches": False})}
+            )
+            plan = build_plan(expanded, topology, gpu)
+            result = engine_for(plan).run()
+    except CostModelError as e:
+        algorithm = config.engine.collective_algorithm
+        if algorithm == "auto":
+            raise
+        # a fixed algorithm applies to every collective: name the field that fixed it
+        raise ConfigError(
+            f"engine.collective_algorithm={algorithm}: {e}, in this {config.parallel.strategy} "
+            "run; use auto, which picks an algorithm per collective"
+        ) from None
     engine_wall = result.wall_time_s
     result.wall_time_s = time.perf_counter() - t0
     result.setup_time_s += result.wall_time_s - engine_wall  # topology, workload, report
@@ -103,6 +122,7 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         memory=plan.memory,
         model_flops=plan.model_flops,
         batch_tokens=config.training.batch_tokens,
+        choices=[c.as_dict() for c in run_choices(plan, engines[-1], cost.pricer.decisions)],
         stages=plan.stages,
         model_overrides=model_overrides(config.model),
         kernel_terms=kernels.describe(),

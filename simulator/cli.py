@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "simulator.commands.bench",
     "simulator.commands.compare_strategies",
     "simulator.commands.sweep",
+    "simulator.commands.presets",
 )
 
 
@@ -63,9 +64,20 @@ def _register_all() -> None:
 _register_all()
 
 
+def one_line(message: str) -> str:
+    """A message as one printable line: newlines become spaces and other control
+    characters escapes (a user's value may hold them; str.splitlines splits on \x1e)."""
+    text = " ".join(message.replace("\r", "\n").split("\n"))
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _error(message: str) -> None:
+    print(f"axsim: error: {one_line(message)}", file=sys.stderr)
+
+
 def fail(message: str) -> None:
     """Print one error line and exit with code 2."""
-    print(f"axsim: error: {message}", file=sys.stderr)
+    _error(message)
     raise SystemExit(2)
 
 
@@ -77,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:
             click.echo(e.ctx.get_help())
             return 0
-        print(f"axsim: error: {e.format_message()}", file=sys.stderr)
+        _error(e.format_message())
         return 2
     except click.exceptions.Abort:
         print("axsim: aborted", file=sys.stderr)
@@ -85,18 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as e:
         return int(e.exit_code or 0)
     except click.ClickException as e:
-        msg = e.format_message().replace("\n", " ")
-        print(f"axsim: error: {msg}", file=sys.stderr)
+        _error(e.format_message())
         return 2
     except USER_ERRORS as e:
-        print(f"axsim: error: {e}", file=sys.stderr)
+        _error(str(e))
         return 2
     except ImportError as e:
         if e.name is not None and e.name in _optional_modules():
-            print(
-                f"axsim: error: {e.name} is not installed ({_optional_modules()[e.name]})",
-                file=sys.stderr,
-            )
+            _error(f"{e.name} is not installed ({_optional_modules()[e.name]})")
             return 2
         raise
     except BrokenPipeError:

@@ -41,6 +41,16 @@ class Straggler(UserModel):
     slowdown: float = Field(ge=0.01, le=1e4)
 
 
+# Bounds of the bandwidth what-ifs, against typos (like the size bounds below): 1 MB/s is
+# slower than any network a training run has used (10 Mbit Ethernet moves 1.25 MB/s) and
+# 10^6 GB/s is over 500x NVLink 5's 1.8 TB/s per GPU; a scale of 10^-4..10^4 spans the
+# same range for the links inside a node. A bandwidth of 5e-324 GB/s made every collective
+# infinitely long (reported as "no algorithm supports all-reduce").
+MIN_BANDWIDTH_GBPS = 1e-3
+MAX_BANDWIDTH_GBPS = 1e6
+BANDWIDTH_SCALE_RANGE = (1e-4, 1e4)
+
+
 class ClusterConfig(UserModel):
     """The machine: a preset (or a custom topology file) at a size, plus what-if overrides."""
 
@@ -49,10 +59,16 @@ class ClusterConfig(UserModel):
     gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
     gpu: str | None = None
     topology_file: str | None = None
-    nic_bandwidth_GBps: float | None = Field(default=None, gt=0)
+    nic_bandwidth_GBps: float | None = Field(
+        default=None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS
+    )
     nics_per_node: int | None = Field(default=None, gt=0)
-    intra_node_bandwidth_scale: float = Field(default=1.0, gt=0)
-    fabric_link_bandwidth_GBps: float | None = Field(default=None, gt=0)
+    intra_node_bandwidth_scale: float = Field(
+        default=1.0, ge=BANDWIDTH_SCALE_RANGE[0], le=BANDWIDTH_SCALE_RANGE[1]
+    )
+    fabric_link_bandwidth_GBps: float | None = Field(
+        default=None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS
+    )
     routing: Literal["minimal", "valiant", "adaptive", "ecmp"] | None = None
     stragglers: tuple[Straggler, ...] = ()
 
@@ -189,6 +205,13 @@ class EngineConfig(UserModel):
     )
     compute_slowdown_under_overlap: float | None = Field(default=None, ge=1.0)
 
+    @field_validator("calibration")
+    @classmethod
+    def _named_file(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("an empty path (give the calibration file, or leave it out)")
+        return v
+
 
 class ExperimentConfig(UserModel):
     """Everything that defines one simulated training iteration."""
@@ -275,7 +298,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
             f"--set {item!r}: the key must name a section and a field, e.g. engine.mode"
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_user_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
         if raw.strip()[:1] in "[{":  # meant as a list or mapping: say why it is not one
             raise ConfigError(f"--set {item!r}: not valid YAML ({yaml_error_line(exc)})") from None
@@ -329,7 +352,10 @@ def validate_config(data: Mapping[str, Any], source: str = "config") -> Experime
 def format_validation_error(e: ValidationError, source: str = "config") -> str:
     errors = e.errors()
     first = errors[0]
-    loc = ".".join(str(x) for x in first["loc"] if not (isinstance(x, str) and x in _UNION_TAGS))
+    path = [str(x) for x in first["loc"] if not (isinstance(x, str) and x in _UNION_TAGS)]
+    if first["type"] == "bool_for_value":  # raised by the model for one of its fields
+        path.append(str(first.get("ctx", {}).get("field", "")))
+    loc = ".".join(path)
     msg = first["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]

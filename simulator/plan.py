@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from simulator.choices import Choice
 from simulator.config import ExperimentConfig
 from simulator.outputs.report import StagePlan
 from topologies.hardware import GpuSpec
@@ -24,6 +25,7 @@ class WorkloadPlan:
     grid: dict[str, int]  # x, y, z, data view of the parallel degrees (report contract)
     group_aliases: dict[str, str] = field(default_factory=dict)  # strategy group -> x/y/z/data
     model_flops: float = 0.0
+    choices: tuple[Choice, ...] = ()  # what the builder chose by itself, with reasons
     stages: tuple[StagePlan, ...] = ()  # pipeline stages (empty without a pipeline)
 
 

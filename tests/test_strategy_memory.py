@@ -92,3 +92,21 @@ def test_max_batch_is_the_largest_that_fits() -> None:
     over = replace(setup, microbatch_sequences=per_replica + 1, microbatches=1)
     assert hybrid_memory(SPEC, at).total <= cap < hybrid_memory(SPEC, over).total
     assert max_batch_sequences(SPEC, setup, 1e6) == 0
+
+
+def test_in_flight_closed_form_equals_replaying_the_schedule() -> None:
+    """The memory model's closed form (no schedule built: a 2^30-token batch has
+    millions of microbatches) agrees with replaying 1F1B and interleaved schedules."""
+    from workloads.hybrid.schedule import in_flight, schedule
+
+    for p in range(1, 7):
+        for v in (1, 2, 3):
+            for m in range(1, 14):
+                if v > 1 and m % p:
+                    continue
+                for stage in range(p):
+                    live = peak = 0
+                    for ps in schedule(p, m, v, stage):
+                        live += 1 if ps.kind == "F" else -1
+                        peak = max(peak, live)
+                    assert in_flight(p, m, v, stage) == peak, (p, m, v, stage)

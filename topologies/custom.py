@@ -47,7 +47,7 @@ from topologies.types import (
     device_kind_code,
     link_kind_code,
 )
-from topologies.yaml_loader import load_user_yaml, yaml_error_line
+from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 
 _TOP_FIELDS = {"name", "description", "gpu", "package_size", "devices", "links"}
 _DEVICE_FIELDS = {"name", "kind", "node", "group"}
@@ -134,10 +134,16 @@ def _read(path: FilePath, where: str) -> object:
         raise TopologyError(f"{where}: not a text file (not UTF-8)") from None
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
+            return load_user_json(text)
         return load_user_yaml(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        first = yaml_error_line(e) if isinstance(e, yaml.YAMLError) else e.msg
+    except (json.JSONDecodeError, yaml.YAMLError, NestingError) as e:
+        first = (
+            yaml_error_line(e)
+            if isinstance(e, yaml.YAMLError)
+            else e.msg
+            if isinstance(e, json.JSONDecodeError)
+            else str(e)
+        )
         raise TopologyError(
             f"{where}: not valid {path.suffix.lstrip('.') or 'YAML'}: {first}"
         ) from None
@@ -240,7 +246,7 @@ def _links(
         for end in ("src", "dst"):
             if entry.get(end) is None:
                 raise TopologyError(f"{label}: dangling link, missing '{end}'")
-            if entry[end] not in index:
+            if not isinstance(entry[end], str) or entry[end] not in index:
                 raise TopologyError(f"{label}: unknown device '{entry[end]}'")
             ends.append(index[entry[end]])
         if ends[0] == ends[1]:

@@ -9,13 +9,39 @@ specs, calibrations) both read user YAML.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
 
+# Deepest nesting a user file may have. Our deepest schema path is 4 levels
+# (cluster.stragglers[i].rank) and Kineto traces nest 4-5 (traceEvents[i].args.x); PyYAML
+# and json recurse once per level, and a file nested 5,000 deep exhausted Python's stack
+# (RecursionError). 100 leaves room for any real file and stays far inside the stack.
+MAX_NESTING = 100
+
+
+class NestingError(ValueError):
+    """A user file nests lists or mappings deeper than MAX_NESTING."""
+
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that raises a YAMLError on a repeated key in one mapping."""
+    """yaml.SafeLoader that raises a YAMLError on a repeated key in one mapping and on
+    nesting deeper than MAX_NESTING."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_NESTING} levels deep", mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -39,6 +65,14 @@ class UniqueKeyLoader(yaml.SafeLoader):
 def load_user_yaml(text: str) -> Any:
     """Parse user-written YAML safely, rejecting duplicate keys."""
     return yaml.load(text, Loader=UniqueKeyLoader)
+
+
+def load_user_json(text: str | bytes) -> Any:
+    """Parse user-written JSON; NestingError (a ValueError) when nested too deeply."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise NestingError(f"nested more than {MAX_NESTING} levels deep") from None
 
 
 def yaml_error_line(exc: yaml.YAMLError) -> str:

@@ -123,7 +123,11 @@ def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
     out = CalibrationInputs()
     for item in paths:
         p = Path(item)
-        if not p.exists():
+        try:
+            found = p.exists()
+        except OSError as e:  # e.g. a name too long for the file system (found by the suite)
+            raise CalibrationError(f"{str(p)[:200]}: {e.strerror or e}") from None
+        if not found:
             raise CalibrationError(f"{p}: no such file or directory")
         files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else [p]
         for f in files:

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.cost.calibration import Calibration, load_calibration
+from simulator.cost.calibration import Calibration, load_calibration, require_gpu
 from simulator.cost.kernels import KernelModel
 from simulator.cost.model import CostModel
 from simulator.engine.core import Engine
@@ -95,6 +95,8 @@ def simulate_config(
                 f"--machine {machine}: {cfg} is a CPU run, replayed on cpu-host (a GPU machine "
                 "would compare GPU timings with CPU measurements)"
             )
+        if cal is not None:  # simulate() checks the same for configs
+            require_gpu(cal, machine_preset(machine).gpu, f"--calibration {calibration}")
         return simulate_torch4d(spec, cal, machine, network)
     from simulator.api import simulate
     from simulator.config import load_config

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import ConfigError
+from topologies.yaml_loader import NestingError, load_user_json
 from validation.torch4d.config import Grid, ModelDims, Overlap, RunSpec
 from workloads.axonn.grid import axonn_groups
 from workloads.axonn.layers import LinearLayout, linear_layout
@@ -325,7 +326,9 @@ def load_run_json(path: str | Path) -> dict[str, Any]:
     """Read a torch4d run.json; ConfigError naming the file when it cannot be used."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
+        data = load_user_json(p.read_text())
+    except NestingError as exc:
+        raise ConfigError(f"{p}: not valid JSON ({exc})") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:

@@ -10,8 +10,12 @@ Rules it encodes (so every strategy generator gets them right once):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from workloads.errors import WorkloadError
 from workloads.graph import Program, Segment
 from workloads.ops import (
     COMPUTE_STREAM,
@@ -24,6 +28,75 @@ from workloads.ops import (
     SendOp,
     WaitOp,
 )
+
+# The most ops a workload's programs may hold together (all distinct programs: one per
+# pipeline stage, one per AxoNN rank class...). Measured on the 2-core development
+# machine (megatron, pipelines expanded): building costs 25-80 us and ~260 bytes per op
+# and simulating a symmetric run of them ~580 bytes per op in all (7.0 M ops: 509 s,
+# 4.1 GB), so 2^23 ops bound a run near 10 minutes and 5 GB. The largest published
+# configuration we model, GPT-3 175B on 64 A100s (TP 8, PP 8, 3 virtual stages, 1,536
+# microbatches of one sequence; Narayanan et al. 2021, Table 1), needs 7.0 M: inside.
+MAX_BUILT_OPS = 2**23
+# Fewest ops any generator emits per microbatch body (measured: a one-layer pipeline
+# stage of gpt-tiny emits 5.2 per microbatch), a lower bound for projecting a build
+# before its first body exists.
+MIN_OPS_PER_BODY = 4
+
+
+class OpBudgetExceeded(WorkloadError):
+    """The programs of a workload would exceed `MAX_BUILT_OPS`."""
+
+
+@dataclass
+class OpBudget:
+    """Ops built so far by the programs of one workload, against a limit.
+
+    Why: every microbatch of a pipeline (or of a run whose microbatches are not
+    compressed) is built one by one, so the program grows with the batch; a batch far
+    inside the config's bounds could otherwise build for hours. Generators announce the
+    bodies they will emit (`microbatch_copies`), so the first body's size projects the
+    total and a hopeless build fails at once instead of at the limit.
+    """
+
+    limit: int = MAX_BUILT_OPS
+    used: int = 0
+    announced_bodies: int = 0
+
+    def check(self, ops: int) -> None:
+        """Raise OpBudgetExceeded when `ops` (built or projected) is beyond the limit."""
+        if ops > self.limit:
+            raise OpBudgetExceeded(
+                f"the workload needs about {ops:,} ops in its programs, more than the "
+                f"{self.limit:,} axsim builds (pipelines, and runs with "
+                "engine.virtual_microbatches off, build every microbatch): use a larger "
+                "training.microbatch_sequences or a smaller training.batch_tokens"
+            )
+
+
+_BUDGET: ContextVar[OpBudget | None] = ContextVar("axsim_op_budget", default=None)
+
+
+@contextmanager
+def op_budget(limit: int = MAX_BUILT_OPS) -> Iterator[OpBudget]:
+    """One budget shared by every program built inside the block (one workload)."""
+    token = _BUDGET.set(OpBudget(limit))
+    try:
+        yield _BUDGET.get() or OpBudget(limit)
+    finally:
+        _BUDGET.reset(token)
+
+
+def current_budget() -> OpBudget:
+    """The workload's shared budget, or a fresh one for a builder used on its own."""
+    return _BUDGET.get() or OpBudget()
+
+
+def project_ops(extra: int) -> None:
+    """Fail now if `extra` more ops (a generator's estimate of what it will still build)
+    would exceed the current workload's budget."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.check(budget.used + extra)
 
 
 def comm_stream(group: str) -> str:
@@ -43,6 +116,16 @@ class ProgramBuilder:
     _segment_start: int | None = None
     _segment_key: str = ""
     _segment_repeat: int = 1
+    _budget: OpBudget = field(default_factory=current_budget)
+    _charged: int = 0
+    _bodies_left: int = 0
+
+    def _charge(self) -> None:
+        """Count the ops appended since the last charge against the workload's budget."""
+        new = len(self.ops) - self._charged
+        self._charged = len(self.ops)
+        self._budget.used += new
+        self._budget.check(self._budget.used)
 
     def _deps(self, extra: tuple[int, ...] = ()) -> tuple[int, ...]:
         deps = set(extra)
@@ -184,6 +267,9 @@ class ProgramBuilder:
     def begin_segment(self, key: str, repeat: int = 1) -> None:
         """Start a repeated body (e.g. one microbatch); bodies with one key are identical.
         `repeat` > 1: this body stands for that many identical copies (see Segment)."""
+        self._charge()
+        if self._budget.announced_bodies:  # microbatch_copies announced them: count them
+            self._bodies_left, self._budget.announced_bodies = self._budget.announced_bodies, 0
         self._segment_start = len(self.ops)
         self._segment_key = key
         self._segment_repeat = repeat
@@ -193,16 +279,27 @@ class ProgramBuilder:
             self.segments.append(
                 Segment(self._segment_start, len(self.ops), self._segment_key, self._segment_repeat)
             )
+            if self._bodies_left:  # the bodies still to come are about this size each
+                self._bodies_left -= 1
+                body = len(self.ops) - self._segment_start
+                self._charge()
+                self._budget.check(self._budget.used + body * self._bodies_left)
         self._segment_start = None
         self._segment_repeat = 1
 
     def build(self) -> Program:
+        self._charge()
         return Program(self.name, tuple(self.ops), tuple(self.segments))
 
 
 def microbatch_copies(microbatches: int, compress: bool) -> list[int]:
     """How many microbatches each emitted body stands for: all emitted when few (or when
-    `compress` is off), else the first, one body for the identical middle ones, the last."""
+    `compress` is off), else the first, one body for the identical middle ones, the last.
+    Emitting every one is announced to the workload's op budget (see OpBudget)."""
     if not compress or microbatches <= 3:
+        budget = _BUDGET.get()
+        if budget is not None:  # checked before the generator lays out its schedule
+            budget.check(budget.used + microbatches * MIN_OPS_PER_BODY)
+            budget.announced_bodies = microbatches
         return [1] * microbatches
     return [1, microbatches - 2, 1]

@@ -9,9 +9,27 @@ strategy parameters here and the simulator's config share it.
 
 from __future__ import annotations
 
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
+
+
+def _expected(annotation: Any) -> str:
+    """What a field holds, in words, for the message when a boolean stands in for it."""
+    union = get_origin(annotation) is Union or type(annotation).__name__ == "UnionType"
+    args = [a for a in get_args(annotation) if a is not type(None)] if union else [annotation]
+    if all(isinstance(a, type) and issubclass(a, BaseModel) for a in args):
+        return "a mapping"
+    if all(a in (int, float) for a in args):
+        return "a number"
+    if all(get_origin(a) in (tuple, list) or a in (tuple, list) for a in args):
+        return "a list"
+    if all(a is str for a in args):
+        return "a text value"
+    if len(args) == 1 and get_origin(args[0]) is Literal:
+        return "one of " + ", ".join(map(str, get_args(args[0])))
+    return "a value of another type"
 
 
 def _admits_bool(annotation: Any) -> bool:
@@ -36,5 +54,14 @@ class UserModel(BaseModel):
             for name, value in data.items():
                 field = cls.model_fields.get(name) if isinstance(name, str) else None
                 if isinstance(value, bool) and field and not _admits_bool(field.annotation):
-                    raise ValueError(f"{name}: expected a number, got the boolean {value}")
+                    # the field rides in the context: configs print it as part of the path
+                    raise PydanticCustomError(
+                        "bool_for_value",
+                        "expected {expected}, got the boolean {value}",
+                        {
+                            "field": name,
+                            "expected": _expected(field.annotation),
+                            "value": str(value).lower(),
+                        },
+                    )
         return data

@@ -17,11 +17,13 @@ def register(app: click.Group) -> None:
     @click.option("--quick", is_flag=True, help="Only the smallest symmetric and full cases.")
     @click.option("--only", default=None, help="Run only cases whose name contains this text.")
     @click.option(
+        "-o",
         "--out",
         "out_file",
         type=click.Path(dir_okay=False),
         default="bench-results.json",
         show_default=True,
+        help="JSON file for the results.",
     )
     def bench_cmd(quick: bool, only: str | None, out_file: str) -> None:
         """Measure the engine on the scaling cases (each case in its own process)."""

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from simulator.benchmarks.collectives import OPS, collective_sweep
-from simulator.commands.params import POSITIVE, FiniteFloat
+from simulator.commands.params import ALGORITHM_HELP, NETWORK_HELP, POSITIVE, FiniteFloat
 from simulator.network.protocols import PROTOCOLS
 from simulator.network.schedules import ALGORITHMS
 from simulator.outputs.versions import stamp
@@ -74,13 +74,18 @@ def register(app: click.Group) -> None:
         help="Sweep multiplier.",
     )
     @click.option(
-        "--algorithm", type=click.Choice(("auto", *ALGORITHMS)), default="auto", show_default=True
+        "--algorithm",
+        type=click.Choice(("auto", *ALGORITHMS)),
+        default="auto",
+        show_default=True,
+        help=ALGORITHM_HELP,
     )
     @click.option(
         "--network",
         type=click.Choice(("contention", "alpha-beta")),
         default="contention",
         show_default=True,
+        help=NETWORK_HELP,
     )
     @click.option(
         "--instances",

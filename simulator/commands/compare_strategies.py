@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
+from simulator.commands.params import NETWORK_HELP
 from simulator.errors import ConfigError
 from simulator.outputs.versions import stamp
 from simulator.search.strategies import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_STRATEGIES,
     StrategyOutcome,
-    compare_strategies,
     outcomes_json,
     speedups,
 )
@@ -87,9 +88,10 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
 
 def register(app: click.Group) -> None:
     @app.command("compare-strategies")
-    @click.option("--machine", required=True, help="Machine preset, e.g. dgx-h100.")
-    @click.option("--gpus", type=int, required=True, help="Number of GPUs.")
-    @click.option("--model", required=True, help="Model preset, e.g. llama2-7b.")
+    @click.argument("config", required=False, type=click.Path(dir_okay=False))
+    @click.option("--machine", default=None, help="Machine preset, e.g. dgx-h100.")
+    @click.option("--gpus", type=int, default=None, help="Number of GPUs.")
+    @click.option("--model", default=None, help="Model preset, e.g. llama2-7b.")
     @click.option(
         "--strategies",
         default=",".join(DEFAULT_STRATEGIES),
@@ -99,10 +101,28 @@ def register(app: click.Group) -> None:
     @click.option(
         "--batch-tokens", type=int, default=None, help="Global batch in tokens (default 2^24)."
     )
-    @click.option("--network", type=click.Choice(("alpha-beta", "contention")), default=None)
+    @click.option("--seq-len", type=int, default=None, help="Sequence length.")
+    @click.option(
+        "--network",
+        type=click.Choice(("alpha-beta", "contention")),
+        default=None,
+        help=NETWORK_HELP,
+    )
+    @click.option(
+        "--calibration",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Calibration file from `axsim calibrate`.",
+    )
+    @click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        help="Override any config field: section.field=value (repeatable; not parallel.*).",
+    )
     @click.option(
         "--max-candidates",
-        type=int,
+        type=click.IntRange(min=1),
         default=DEFAULT_MAX_CANDIDATES,
         show_default=True,
         help="Configurations simulated per strategy (after memory pruning).",
@@ -112,36 +132,61 @@ def register(app: click.Group) -> None:
         "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
     )
     def compare_cmd(
-        machine: str,
-        gpus: int,
-        model: str,
+        config: str | None,
+        machine: str | None,
+        gpus: int | None,
+        model: str | None,
         strategies: str,
         batch_tokens: int | None,
+        seq_len: int | None,
         network: str | None,
+        calibration: str | None,
+        sets: tuple[str, ...],
         max_candidates: int,
         as_json: bool,
         progress: bool,
     ) -> None:
-        """Search each strategy's configurations, simulate the best, compare them."""
+        """Search each strategy's configurations, simulate the best, compare them.
+
+        CONFIG (optional) is an experiment file; its cluster, model, training and engine
+        sections are kept and each strategy's parallel section and microbatch searched.
+        Each strategy simulates up to --max-candidates configurations: minutes for large
+        models or machines (a line on stderr says how many before it starts)."""
+        from simulator.commands.simulate import flag_overrides, resolve_config
+        from simulator.search.strategies import compare_from_mapping, config_base
+        from workloads.strategies import STRATEGY_NAMES
+
         names = [s.lower() for s in split_names(strategies, "--strategies")]
-        if gpus < 1:
-            raise ConfigError(f"--gpus: must be positive, got {gpus}")
-        if max_candidates < 1:
-            raise ConfigError(f"--max-candidates: must be positive, got {max_candidates}")
+        unknown = [s for s in names if s not in STRATEGY_NAMES]
+        if unknown:
+            raise ConfigError(
+                f"--strategies: unknown strategy '{unknown[0]}' "
+                f"(known: {', '.join(STRATEGY_NAMES)})"
+            )
+        if any(s.split("=", 1)[0].strip().startswith("parallel.") for s in sets):
+            raise ConfigError(
+                "--set parallel.*: compare-strategies searches the parallel section; "
+                "use axsim simulate --strategy NAME --set parallel.FIELD=VALUE for one run"
+            )
+        flags = flag_overrides(
+            machine, gpus, model, None, batch_tokens, seq_len, None, None, network, calibration
+        )
+        cfg = resolve_config(config, None, flags, sets)
+        base = config_base(cfg)
+        print(
+            f"axsim compare-strategies: {len(names)} strategies x up to {max_candidates} "
+            f"configurations on {cfg.cluster.num_gpus or 'the custom machine'} GPUs "
+            f"({cfg.model.name}); each is a full simulation, so this can take minutes",
+            file=sys.stderr,
+        )
         from simulator.outputs.render import count_bar
 
         with count_bar(progress, "searching", "configurations") as bar:
-            outcomes = compare_strategies(
-                machine,
-                gpus,
-                model,
-                names,
-                batch_tokens=batch_tokens,
-                network=network,
-                max_candidates=max_candidates,
-                progress=bar,
+            outcomes = compare_from_mapping(
+                base, names, max_candidates=max_candidates, progress=bar
             )
         if as_json:
             click.echo(json.dumps([stamp(o) for o in outcomes_json(outcomes)], default=str))
             return
-        render_outcomes(outcomes, f"{model} on {gpus} GPUs of {machine}")
+        gpus_text = cfg.cluster.num_gpus or "custom"
+        render_outcomes(outcomes, f"{cfg.model.name} on {gpus_text} GPUs of {cfg.cluster.machine}")

@@ -25,5 +25,18 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
+# One wording for the flags several commands share (one vocabulary across commands).
+NETWORK_HELP = (
+    "Network model: contention (concurrent transfers share link bandwidth max-min fairly) "
+    "or alpha-beta (each collective priced alone, its own flows sharing its links)."
+)
+ENGINE_HELP = (
+    "Engine mode: auto (symmetric where ranks are interchangeable, else full), full (every "
+    "rank simulated) or symmetric (one rank per class)."
+)
+ALGORITHM_HELP = (
+    "Collective algorithm: auto (NCCL-like tuner per collective and size) or one for all."
+)
+
 POSITIVE = FiniteFloat(min=0.0, min_open=True)
 NON_NEGATIVE = FiniteFloat(min=0.0)

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from simulator.commands.params import NETWORK_HELP
 from simulator.commands.simulate import flag_overrides, resolve_config
 from simulator.outputs.versions import stamp
 
@@ -20,7 +21,7 @@ def register(app: click.Group) -> None:
     @click.option("--seq-len", type=int, default=None, help="Sequence length.")
     @click.option(
         "--top",
-        type=int,
+        type=click.IntRange(min=1),
         default=10,
         show_default=True,
         help="How many of the model's best grids to simulate.",
@@ -40,7 +41,22 @@ def register(app: click.Group) -> None:
         help="Group bandwidths: axsim's collective model on the machine, or the paper's measured table.",
     )
     @click.option(
-        "--set", "sets", multiple=True, help="Override any config field (section.field=value)."
+        "--network",
+        type=click.Choice(("alpha-beta", "contention")),
+        default=None,
+        help=NETWORK_HELP,
+    )
+    @click.option(
+        "--calibration",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Calibration file from `axsim calibrate` (for the simulated grids).",
+    )
+    @click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        help="Override any config field: section.field=value (repeatable).",
     )
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: ranked and best.")
     @click.option(
@@ -56,6 +72,8 @@ def register(app: click.Group) -> None:
         top: int,
         screen: int | None,
         bandwidths: str,
+        network: str | None,
+        calibration: str | None,
         sets: tuple[str, ...],
         as_json: bool,
         progress: bool,
@@ -66,12 +84,10 @@ def register(app: click.Group) -> None:
         from simulator.search.grids import DEFAULT_SCREEN
         from simulator.search.simulated import search
 
-        if top < 0:
-            raise ConfigError(f"--top must be non-negative, got {top}")
         if screen is not None and screen < 0:
             raise ConfigError(f"--screen must be non-negative, got {screen}")
         flags = flag_overrides(
-            machine, gpus, model, None, batch_tokens, seq_len, None, None, None, None
+            machine, gpus, model, None, batch_tokens, seq_len, None, None, network, calibration
         )
         cfg = resolve_config(config, "axonn", flags, sets)
         label = f"simulating the {top} most promising grids"

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from simulator.commands.params import ENGINE_HELP, NETWORK_HELP
 from simulator.config import ExperimentConfig, load_config
 from simulator.errors import ConfigError
 from workloads.axonn.params import Grid
@@ -27,12 +28,12 @@ def flag_overrides(
 ) -> list[str]:
     """Translate convenience flags into dotted overrides (applied before --set)."""
     out: list[str] = []
-    if machine:
-        out.append(f"cluster.machine={machine}")
+    if machine is not None:  # an empty value is an error, not the default
+        out.append(f"cluster.machine={json.dumps(machine)}")
     if gpus is not None:
         out.append(f"cluster.gpus={gpus}")  # replaces a node count (apply_overrides)
-    if model:
-        out.append(f"model.name={model}")
+    if model is not None:
+        out.append(f"model.name={json.dumps(model)}")
     if grid is not None:
         try:
             g = Grid.parse(grid)
@@ -53,12 +54,12 @@ def flag_overrides(
         if unknown:
             raise ConfigError(f"--overlap: unknown flag '{unknown[0]}' (use oar,ors,oag or none)")
         out.append(f"parallel.overlap=[{', '.join(flags)}]")
-    if engine:
+    if engine is not None:
         out.append(f"engine.mode={engine}")
-    if network:
+    if network is not None:
         out.append(f"engine.network={network}")
-    if calibration:
-        out.append(f"engine.calibration={calibration}")
+    if calibration is not None:
+        out.append(f"engine.calibration={json.dumps(calibration)}")
     return out
 
 
@@ -101,8 +102,15 @@ def register(app: click.Group) -> None:
         multiple=True,
         help="Override any config field: section.field=value (repeatable).",
     )
-    @click.option("--engine", type=click.Choice(("auto", "full", "symmetric")), default=None)
-    @click.option("--network", type=click.Choice(("alpha-beta", "contention")), default=None)
+    @click.option(
+        "--engine", type=click.Choice(("auto", "full", "symmetric")), default=None, help=ENGINE_HELP
+    )
+    @click.option(
+        "--network",
+        type=click.Choice(("alpha-beta", "contention")),
+        default=None,
+        help=NETWORK_HELP,
+    )
     @click.option(
         "--calibration",
         type=click.Path(dir_okay=False),
@@ -110,11 +118,12 @@ def register(app: click.Group) -> None:
         help="Calibration file from `axsim calibrate`.",
     )
     @click.option(
+        "-o",
         "--out",
         "out_dir",
         type=click.Path(file_okay=False),
         default=None,
-        help="Write report, timeline, links and a Perfetto trace here.",
+        help="Write report, config.resolved.yaml, timeline, links and a Perfetto trace here.",
     )
     @click.option(
         "--trace-ranks",

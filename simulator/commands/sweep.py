@@ -78,6 +78,7 @@ def register(app: click.Group) -> None:
         help="Seconds to wait for --dask-scheduler.",
     )
     @click.option(
+        "-o",
         "--out",
         "out_dir",
         type=click.Path(file_okay=False),
@@ -129,6 +130,13 @@ def register(app: click.Group) -> None:
                 dask_timeout_s=dask_timeout,
                 retry_failed=retry_failed,
                 progress=bar,
+            )
+        if res.damaged:
+            more = f" (and {len(res.damaged) - 1} more)" if len(res.damaged) > 1 else ""
+            print(
+                f"axsim sweep: warning: {len(res.damaged)} damaged line(s) of {res.journal} "
+                f"moved to {res.quarantine}: {res.damaged[0]}{more}; the good rows were kept",
+                file=sys.stderr,
             )
         dup = f", {res.points - res.distinct} duplicate" if res.points > res.distinct else ""
         print(

@@ -63,7 +63,7 @@ from simulator.errors import CostModelError
 from simulator.network.protocols import CollectiveModelSpec
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
-from topologies.yaml_loader import load_user_yaml, yaml_error_line
+from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 from workloads.ops import CollectiveKind
 
 Frozen = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -404,6 +404,21 @@ def calibration_from_mapping(raw: Any, source: str = "<mapping>") -> Calibration
         raise CostModelError(f"calibration file {source}: {_first_error(exc)}") from exc
 
 
+def require_gpu(calibration: Calibration, gpu: str, label: str) -> None:
+    """ConfigError unless `calibration` has tables for `gpu`: a calibration speaks only
+    for the GPU type it was fitted on, and applying none of it silently would report an
+    uncalibrated run as calibrated. `label` names the file and flag for the message."""
+    from simulator.errors import ConfigError
+
+    if calibration.for_gpu(gpu) is None:
+        fitted = ", ".join(sorted(calibration.gpus)) or "none"
+        raise ConfigError(f"{label} has no tables for GPU '{gpu}' (it calibrates: {fitted})")
+
+
+def _json_problem(exc: ValueError) -> str:
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+
+
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration file (JSON if it ends in .json, else YAML)."""
     p = Path(path)
@@ -414,9 +429,9 @@ def load_calibration(path: str | Path) -> Calibration:
     except UnicodeDecodeError:
         raise CostModelError(f"calibration file {p}: not a text file (not UTF-8)") from None
     try:
-        raw = json.loads(text) if p.suffix.lower() == ".json" else load_user_yaml(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        detail = yaml_error_line(exc) if isinstance(exc, yaml.YAMLError) else exc.msg
+        raw = load_user_json(text) if p.suffix.lower() == ".json" else load_user_yaml(text)
+    except (json.JSONDecodeError, yaml.YAMLError, NestingError) as exc:
+        detail = yaml_error_line(exc) if isinstance(exc, yaml.YAMLError) else _json_problem(exc)
         raise CostModelError(
             f"calibration file {p}: not valid {p.suffix or 'YAML'} ({detail})"
         ) from exc

@@ -90,6 +90,25 @@ def split_classes_by_position(
 
 
 MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
+# The most op instances (simulated ranks x their program's ops) one run simulates.
+# Measured on the 2-core development machine (full mode, GPT-80B on Perlmutter, README
+# bench): 5.7 us and ~88 bytes per op instance, so 2^26 bound a run near 6-7 minutes and
+# 6 GB; the largest full-mode bench case (4,096 GPUs) simulates 38 M.
+MAX_SIMULATED_OPS = 2**26
+
+
+def check_simulated_ops(graph: OpGraph, view: RankView) -> None:
+    """EngineError before any work when the view would simulate more than
+    MAX_SIMULATED_OPS op instances (a full-mode run of a huge machine)."""
+    lengths = np.array([len(p.ops) for p in graph.programs], dtype=np.int64)
+    total = int(lengths[graph.rank_program[view.reps]].sum())
+    if total > MAX_SIMULATED_OPS:
+        why = "" if view.mode == "symmetric" else f" in full mode ({view.reason})"
+        raise EngineError(
+            f"the run would simulate {view.reps.size:,} ranks{why}, {total:,} ops in all, "
+            f"more than the engine's {MAX_SIMULATED_OPS:,}: use engine.mode=auto (one rank "
+            "per class), fewer GPUs or a smaller model"
+        )
 
 
 @dataclass(eq=False)
@@ -149,6 +168,7 @@ class Engine:
             graph = split_classes_by_position(graph, topology, placement)
             self.graph = graph
         self.view: RankView = choose_view(graph, mode, bool(self.stragglers))
+        check_simulated_ops(graph, self.view)
         cost.pricer.tuner = "bottleneck" if cost.network == "alpha-beta" else "shared"
         if placement is None:
             if graph.world_size > topology.num_gpus:

@@ -12,7 +12,7 @@ representatives of the classes in the signature and activates all those instance
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,6 +42,7 @@ class RankView:
     reps: np.ndarray
     representative: np.ndarray
     groups: dict[str, GroupView]
+    reason: str = ""  # why this mode (what `auto` saw, or that it was configured)
 
 
 def full_view(graph: OpGraph) -> RankView:
@@ -121,17 +122,25 @@ def symmetric_view(graph: OpGraph) -> RankView:
 
 
 def choose_view(graph: OpGraph, mode: str, per_rank_differences: bool) -> RankView:
-    """The RankView for a mode; `auto` picks symmetric when it is valid.
+    """The RankView for a mode; `auto` picks symmetric when it is valid (the view's
+    `reason` says why, for the report's list of automatic choices).
 
     `per_rank_differences` (stragglers, heterogeneous GPUs) rules symmetric out.
     """
     if mode not in MODES:
         raise EngineError(f"unknown engine mode '{mode}' (use {', '.join(MODES)})")
     if mode == "full":
-        return full_view(graph)
+        return replace(full_view(graph), reason="engine.mode=full, as configured")
     problem = "some ranks differ (stragglers)" if per_rank_differences else symmetric_problem(graph)
     if mode == "symmetric":
         if problem is not None:
             raise EngineError(f"symmetric mode is not valid here: {problem}")
-        return symmetric_view(graph)
-    return full_view(graph) if problem is not None else symmetric_view(graph)
+        return replace(symmetric_view(graph), reason="engine.mode=symmetric, as configured")
+    if problem is not None:
+        return replace(full_view(graph), reason=f"auto: symmetric is not valid ({problem})")
+    view = symmetric_view(graph)
+    return replace(
+        view,
+        reason=f"auto: the {graph.world_size:,} ranks form {view.reps.size:,} class"
+        f"{'es' if view.reps.size > 1 else ''} of interchangeable ranks, one simulated per class",
+    )

@@ -58,7 +58,11 @@ class BoundPhase:
 
     links: np.ndarray  # unique link ids used
     counts: np.ndarray  # flows (route-weighted, summed over instances) per link
-    rate_Bps: float  # alpha-beta per-flow rate: slowest flow's bottleneck, no sharing
+    # alpha-beta per-flow rate: one instance's own flows sharing its links (a direct
+    # collective's p - 1 concurrent sends share a GPU's port; priced at their route
+    # bottlenecks one by one, 8 DGX H100 GPUs reported 2,417 GB/s of bus bandwidth on
+    # 450 GB/s NVLink), nothing else sharing them
+    rate_Bps: float
     bytes_factor: float  # bytes per flow = bytes_factor x S
     steps: int
     shared_rate_Bps: float = np.inf  # per-flow rate when the bundle's own flows share links
@@ -181,6 +185,9 @@ class CollectivePricer:
         self._joint_cache: dict[
             tuple[int, ...], tuple[tuple[Bundle, ...], list[tuple[float, ...]]]
         ] = {}
+        # the tuner's decisions with every candidate's estimate (seconds), for the report's
+        # list of automatic choices (simulator/choices.py)
+        self.decisions: dict[Hashable, tuple[str, dict[str, float]]] = {}
 
     # ------------------------------------------------------------- layouts
     def layout(self, gpus: Sequence[int] | np.ndarray) -> Layout:
@@ -559,7 +566,7 @@ class CollectivePricer:
                 BoundPhase(
                     links=uniq,
                     counts=counts,
-                    rate_Bps=float(rate),
+                    rate_Bps=float(min(rate, alone)),
                     bytes_factor=ph.bytes_factor,
                     steps=ph.steps,
                     shared_rate_Bps=shared,
@@ -691,10 +698,16 @@ class CollectivePricer:
         for cand, (lat, transfer) in terms.items():
             if lat + transfer < best_t:
                 best_algo, best_t = cand, lat + transfer
+        if best_algo is None and terms:
+            raise CostModelError(
+                f"{kind.value} would take forever with every algorithm: a link's bandwidth "
+                "is too small for its bytes (check the bandwidths)"
+            )
         if best_algo is None:
             raise CostModelError(f"no algorithm supports {kind.value} on this group")
         if ckey is not None:
             self._choice_cache[ckey] = best_algo
+            self.decisions[ckey] = (best_algo, {a: sum(t) for a, t in terms.items()})
         return best_algo
 
     def joint_rates(self, bundles: Sequence[Bundle]) -> list[tuple[float, ...]]:

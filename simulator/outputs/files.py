@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal
@@ -93,7 +94,18 @@ def make_out_dir(path: str | Path, flag: str = "--out") -> Path:
         raise ConfigError(f"{flag} {path}: exists and is not a folder") from None
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: the folder is not writable")
     return out
+
+
+def resolved_config_yaml(result: Result) -> str:
+    """The run's config with its automatic choices filled in and explained (comments):
+    loading it reruns the same simulation without choosing again."""
+    from simulator.choices import Choice, resolved_yaml
+
+    choices = [Choice(**c) for c in result.report.choices]
+    return resolved_yaml(result.config.model_dump(mode="json"), result.plan.parameters, choices)
 
 
 def write_outputs(
@@ -113,7 +125,7 @@ def write_outputs(
     suffix = ".gz" if gzip else ""
     paths = [
         _write_json(out / "report.json", result.report.to_json()),
-        _write_text(out / "config.resolved.yaml", result.config.to_yaml()),
+        _write_text(out / "config.resolved.yaml", resolved_config_yaml(result)),
         write_timeline_csv(out / "timeline.csv", (result.engine.timeline.rank(r) for r in ranks)),
         write_links_csv(out / "links.csv", result),
         _write_json(out / "rank_map.json", rank_map(ctx, stands_for)),

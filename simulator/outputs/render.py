@@ -144,6 +144,12 @@ def render_report(report: Report, console: Console | None = None) -> None:
                 f"{100 * u.utilization:.1f}%",
             )
         c.print(links)
+    if report.choices:
+        c.print("[bold]Chosen automatically[/]")
+        for ch in report.choices:
+            c.print(
+                f"  {escape(ch['what'])} [bold]{escape(ch['value'])}[/]: {escape(ch['reason'])}"
+            )
     c.print(
         f"[dim]simulated {report.ops_simulated:,} of {report.ops_represented:,} ops "
         f"({report.skipped_segments} repeated microbatches copied), {report.events:,} events, "

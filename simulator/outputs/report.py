@@ -5,7 +5,8 @@ on; keys are stable: iteration_time_s, compute_time_s, exposed_comm_time_s,
 overlapped_comm_time_s, comm_time_by_group_s (x, y, z, data), model_flops_per_iteration,
 pflops_total, tflops_per_gpu, percent_of_advertised_peak, percent_of_empirical_peak,
 memory_per_gpu_bytes, fits_in_memory, grid (x, y, z, data), machine, gpus, model,
-engine_mode, wall_time_s, events (plus extra detail keys; `stages`: one row per pipeline
+engine_mode, wall_time_s, events, choices (each automatic choice with its reason)
+(plus extra detail keys; `stages`: one row per pipeline
 stage, empty without a pipeline), and `schema_version` /
 `axsim_version` (simulator/outputs/versions.py; `axsim schema --report` prints the JSON Schema).
 
@@ -128,6 +129,9 @@ class Report:
     batch_tokens: int
     critical_rank: int
     busiest_links: list[LinkUsage] = field(default_factory=list)
+    # every automatic choice of the run (grid, microbatch, degrees, algorithm per group and
+    # collective, engine mode): {"what", "value", "reason"} (simulator/choices.py)
+    choices: list[dict[str, str]] = field(default_factory=list)
     stages: list[StageRow] = field(default_factory=list)
     comm_time_by_native_group_s: dict[str, float] = field(default_factory=dict)
     comm_total_by_native_group_s: dict[str, float] = field(default_factory=dict)
@@ -230,6 +234,7 @@ def build_report(
     memory: dict[str, float],
     model_flops: float,
     batch_tokens: int,
+    choices: list[dict[str, str]] | None = None,
     stages: Sequence[StagePlan] = (),
     model_overrides: dict[str, object] | None = None,
     kernel_terms: dict[str, object] | None = None,
@@ -295,6 +300,7 @@ def build_report(
         batch_tokens=batch_tokens,
         critical_rank=int(critical),
         busiest_links=busiest_links(topology, result.link_bytes, t),
+        choices=list(choices or []),
         stages=stage_rows(tl, stages, t),
         comm_time_by_native_group_s={g: bd.exposed_by_group_s.get(g, 0.0) for g in native},
         comm_total_by_native_group_s={g: bd.comm_by_group_s.get(g, 0.0) for g in native},

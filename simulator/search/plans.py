@@ -8,6 +8,7 @@ strategy is tabulated in workloads/strategies.py).
 
 from __future__ import annotations
 
+from simulator.choices import Choice, memory_reason
 from simulator.config import ExperimentConfig
 from simulator.plan import PlanBuilder, StagePlan, WorkloadPlan, cluster_shape, training_setup
 from topologies.hardware import GpuSpec
@@ -107,17 +108,49 @@ def _hybrid_plan(
     if not isinstance(params, HybridParallel):  # pragma: no cover - dispatch guarantees it
         raise TypeError(f"not a hybrid strategy: {params.strategy}")
     setup = resolve_hybrid(config, topology, gpu)
+    memory = hybrid_memory(spec, setup).as_dict()
     return WorkloadPlan(
         graph=build_hybrid_workload(spec, setup),
-        memory=hybrid_memory(spec, setup).as_dict(),
+        memory=memory,
         parameters=hybrid_parameters(params, setup),
         grid=hybrid_grid(setup),
         group_aliases=hybrid_aliases(setup),
         model_flops=model_flops_per_iteration(
             spec, config.training.batch_tokens, setup.recompute == "full"
         ),
+        choices=hybrid_choices(config, setup, memory["total"], gpu.memory_bytes),
         stages=hybrid_stages(spec, setup),
     )
+
+
+def hybrid_choices(
+    config: ExperimentConfig, setup: HybridSetup, needed: float, capacity: float
+) -> tuple[Choice, ...]:
+    """The degrees a hybrid strategy left open and the microbatch, with their reasons
+    (workloads/hybrid/configure.py: choose_setup's rules)."""
+    params = config.parallel
+    fits = needed <= capacity
+    mem = memory_reason(needed, capacity)
+    out = []
+    chosen = {"tp": setup.tp, "pp": setup.pp, "shard": setup.shard}
+    open_fields = [
+        f for f in chosen if f in type(params).model_fields and getattr(params, f) is None
+    ]
+    if open_fields:
+        value = " ".join(f"{f}={chosen[f]}" for f in open_fields)
+        why = (
+            f"the smallest model-parallel degrees whose memory fits ({mem})"
+            if fits
+            else f"no degrees fit in memory; these need the least ({mem})"
+        )
+        out.append(Choice("degrees", value, why))
+    if config.training.microbatch_sequences is None:
+        value = f"{setup.microbatch_sequences} sequences x {setup.microbatches} microbatches"
+        why = "the largest microbatch that fits with these degrees"
+        if setup.pp > 1:
+            why += " keeping >= 4 microbatches per stage where possible (bubble <= ~20%)"
+        out.append(Choice("microbatch", value, why if fits else f"none fits ({mem})"))
+    return tuple(out)
 
 
 def resolve_optimus(config: ExperimentConfig, topology: Topology, gpu: GpuSpec) -> OptimusSetup:
@@ -144,15 +177,32 @@ def _optimus_plan(
         microbatch_sequences=setup.microbatch_sequences,
         microbatches=setup.microbatches,
     )
+    memory = optimus_memory(spec, setup).as_dict()
+    cap, fits = gpu.memory_bytes, memory["total"] <= gpu.memory_bytes
+    choices = []
+    if params.q is None:
+        why = "the smallest mesh (q > 1 where the GPUs allow) that fits" if fits else "none fits"
+        choices.append(
+            Choice("mesh", f"q={setup.q}", f"{why} ({memory_reason(memory['total'], cap)})")
+        )
+    if config.training.microbatch_sequences is None:
+        choices.append(
+            Choice(
+                "microbatch",
+                f"{setup.microbatch_sequences} sequences x {setup.microbatches} microbatches",
+                "the largest microbatch that fits on this mesh" if fits else "none fits",
+            )
+        )
     return WorkloadPlan(
         graph=build_optimus_workload(spec, setup),
-        memory=optimus_memory(spec, setup).as_dict(),
+        memory=memory,
         parameters=parameters,
         grid={"x": setup.q, "y": setup.q, "z": 1, "data": setup.data},
         group_aliases={"row": "x", "col": "y", "dp": "data"},
         model_flops=model_flops_per_iteration(
             spec, config.training.batch_tokens, config.training.activation_checkpointing
         ),
+        choices=tuple(choices),
     )
 
 

@@ -165,13 +165,39 @@ def compare_strategies(
 ) -> list[StrategyOutcome]:
     """Search every strategy on one machine, GPU count and model (same global batch: the
     requested one, or the nearest that every strategy can split; see `batch_note`)."""
+    base = base_mapping(machine, gpus, model, batch_tokens, network)
+    return compare_from_mapping(base, strategies, max_candidates=max_candidates, progress=progress)
+
+
+def config_base(config: ExperimentConfig) -> dict[str, Any]:
+    """The raw mapping every candidate of `config` starts from: its cluster, model,
+    training and engine sections (a chosen microbatch and the parallel section are the
+    candidates'), in symmetric mode where the config leaves the mode to axsim."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    data.pop("parallel", None)
+    data["training"].pop("microbatch_sequences", None)
+    if data["engine"].get("mode") == "auto":
+        data["engine"]["mode"] = "symmetric"
+    return data
+
+
+def compare_from_mapping(
+    base: dict[str, Any],
+    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+    *,
+    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    progress: Progress | None = None,
+) -> list[StrategyOutcome]:
+    """Search every strategy from one raw base config (no parallel section); same global
+    batch for all (see `compare_strategies`)."""
     unknown = [s for s in strategies if s not in STRATEGY_NAMES]
     if unknown:
         raise WorkloadError(
             f"--strategies: unknown strategy '{unknown[0]}' (known: {', '.join(STRATEGY_NAMES)})"
         )
-    base = base_mapping(machine, gpus, model, batch_tokens, network)
-    config = validate_config(base)  # machine, GPU count, model and batch problems fail here
+    # machine, GPU count, model and batch problems fail here, once
+    config = validate_config({**base, "parallel": base.get("parallel") or {"strategy": "axonn"}})
+    base = deepcopy(base)
     batch = comparison_batch(config, strategies)
     if batch.adjusted:
         seq = config.model.spec().seq_len

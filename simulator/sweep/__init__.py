@@ -56,6 +56,7 @@ from simulator.sweep.store import (
     JOURNAL,
     VOLATILE_COLUMNS,
     append_row,
+    load_journal,
     read_journal,
     table_rows,
     write_table,
@@ -72,6 +73,7 @@ __all__ = [
     "SweepSpec",
     "check_key",
     "config_hash",
+    "load_journal",
     "load_spec",
     "parse_spec",
     "points",
@@ -98,6 +100,8 @@ class SweepOutcome:
     journal: Path
     table: Path
     wall_time_s: float
+    damaged: tuple[str, ...] = ()  # journal lines set aside (store.load_journal)
+    quarantine: Path | None = None
 
 
 class _Recorder:
@@ -157,6 +161,11 @@ def _check_options(jobs: int, fmt: str, dask_scheduler: str | None, dask_local: 
             )
     if dask_scheduler and dask_local:
         raise SweepError("give --dask-scheduler or --dask-local, not both")
+    if (dask_scheduler or dask_local) and jobs != 1:
+        raise SweepError(
+            f"--jobs {jobs} starts local processes, but dask runs the points here "
+            "(--dask-local/--dask-scheduler): give one of them"
+        )
 
 
 def run_sweep(
@@ -183,7 +192,8 @@ def run_sweep(
     out = make_out_dir(out_dir)  # a ConfigError naming --out, like every other command
     journal, table = out / JOURNAL, out / f"rows.{fmt}"
     pts = points(spec)
-    done = {r["config_hash"]: r for r in read_journal(journal, drop_failed=retry_failed)}
+    previous = load_journal(journal, drop_failed=retry_failed)
+    done = {r["config_hash"]: r for r in previous.rows}
     first: dict[str, SweepPoint] = {}
     for p in pts:
         first.setdefault(p.config_hash, p)
@@ -220,4 +230,6 @@ def run_sweep(
         journal=journal,
         table=table,
         wall_time_s=time.perf_counter() - t0,
+        damaged=tuple(previous.damaged),
+        quarantine=previous.quarantine,
     )

@@ -129,6 +129,10 @@ def calibrate_command(
         return
     if out is None:
         raise ConfigError("--out: give the calibration file to write (or --leave-one-out)")
+    # writing the fit over its own measurements would destroy them (found by the bad-input
+    # suite: `calibrate X.csv -o X.csv` replaced a benchmark table with the calibration)
+    if any(out.resolve() == p.resolve() for p in inputs):
+        raise ConfigError(f"--out: {out} is one of the inputs; writing it would replace them")
     cal = calibrate(
         list(inputs), gpu=gpu, tolerance=tolerance, statistic=statistic,  # type: ignore[arg-type]
         gpus_per_node=gpus_per_node, host_terms=host_terms,

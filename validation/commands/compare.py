@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from simulator.commands.params import NON_NEGATIVE
+from simulator.commands.params import NETWORK_HELP, NON_NEGATIVE
 from simulator.outputs.versions import stamp
 
 EXIT_BEYOND_TOLERANCE = 3
@@ -39,7 +39,7 @@ def _fmt(x: float | None, scale: float = 1e3) -> str:
 @click.option("--machine", default=None, help="Machine preset for a GPU run.json.")
 @click.option(
     "--network", type=click.Choice(["contention", "alpha-beta"]), default="contention",
-    show_default=True,
+    show_default=True, help=NETWORK_HELP,
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def compare_command(

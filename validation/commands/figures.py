@@ -16,6 +16,7 @@ from validation.commands.progress import item_bar
 def register(app: click.Group) -> None:
     @app.command("figures")
     @click.option(
+        "-o",
         "--out",
         "out_dir",
         type=click.Path(file_okay=False),

@@ -12,8 +12,8 @@ import os
 import click
 
 from simulator.outputs.versions import SCHEMA_VERSION, axsim_version
-from validation.commands.progress import item_bar
 from validation.case import CaseResult
+from validation.commands.progress import item_bar
 
 STYLE = {"ok": "green", "outside": "bold red", "failed": "bold red", "info": "yellow"}
 

@@ -41,6 +41,7 @@ from validation.torch4d.config import (
     "--steps", default=3, show_default=True, type=click.IntRange(min=1), help="Profiled steps."
 )
 @click.option(
+    "-o",
     "--out",
     "out_dir",
     required=True,
@@ -62,10 +63,12 @@ from validation.torch4d.config import (
     type=click.IntRange(min=1),
     help="Global batch in sequences (default: the model's).",
 )
-@click.option("--seq-len", type=click.IntRange(min=1))
-@click.option("--hidden", type=click.IntRange(min=1))
-@click.option("--layers", type=click.IntRange(min=1))
-@click.option("--heads", type=click.IntRange(min=1))
+@click.option(
+    "--seq-len", type=click.IntRange(min=1), help="Sequence length (default: the model's)."
+)
+@click.option("--hidden", type=click.IntRange(min=1), help="Hidden size (default: the model's).")
+@click.option("--layers", type=click.IntRange(min=1), help="Layers (default: the model's).")
+@click.option("--heads", type=click.IntRange(min=1), help="Attention heads (default: the model's).")
 @click.option(
     "--checkpoint/--no-checkpoint",
     default=False,
@@ -82,7 +85,13 @@ from validation.torch4d.config import (
 @click.option(
     "--timing-steps", type=click.IntRange(min=0), help="Unprofiled, timed steps (default: --steps)."
 )
-@click.option("--optimizer", default="adam", show_default=True, type=click.Choice(["adam", "sgd"]))
+@click.option(
+    "--optimizer",
+    default="adam",
+    show_default=True,
+    type=click.Choice(["adam", "sgd"]),
+    help="Optimizer of the training step.",
+)
 @click.option(
     "--dtype",
     default="float32",
@@ -137,6 +146,9 @@ def trace_torch(
         raise ConfigError(
             f"grid {grid} has {grid.world_size} ranks but the world size is {world_size}"
         )
+    from simulator.outputs.files import make_out_dir
+
+    make_out_dir(out_dir)  # a path that cannot be a folder fails now, not after training
     from validation.torch4d.trace import run_trace  # imports torch
 
     paths = run_trace(

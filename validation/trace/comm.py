@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from validation.errors import TraceError
 from validation.trace.classify import collective_from_kernel_name, collective_kind
 from validation.trace.events import CpuRange
 from validation.trace.shapes import dtype_size, first_dtype, numel, tensor_dims
@@ -112,15 +113,29 @@ def c10d_sizes(name: str, dims: Any) -> tuple[int, int]:
     return first, 0
 
 
-def _from_metadata(p: _Partial, meta: dict[str, Any], source: str) -> None:
+def _element_count(meta: dict[str, Any], key: str, kernel_name: str) -> int:
+    """A message's element count (absent: 0). Why an error, not a guess: a count that is
+    not a whole number (found by the bad-input suite: 'perlmutter') would size the
+    collective from nothing."""
+    value = meta.get(key) or 0
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TraceError(
+            f"collective {kernel_name!r}: {key!r} is {value!r}, not a whole number of elements"
+        )
+    return value
+
+
+def _from_metadata(p: _Partial, meta: dict[str, Any], source: str, kernel_name: str) -> None:
     if not p.kind:
         kind = collective_kind(str(meta.get("Collective name", "")))
         if kind:
             p.kind, p.collective, p.kind_source = kind, str(meta["Collective name"]), source
     if p.bytes_source == "none" and "In msg nelems" in meta:
         p.dtype = str(meta.get("dtype", ""))
-        p.in_nelems = int(meta.get("In msg nelems") or 0)
-        p.out_nelems = int(meta.get("Out msg nelems") or 0)
+        p.in_nelems = _element_count(meta, "In msg nelems", kernel_name)
+        p.out_nelems = _element_count(meta, "Out msg nelems", kernel_name)
         p.bytes_source = source
     if not p.group_size and isinstance(meta.get("Group size"), int) and meta["Group size"] > 0:
         p.group_size, p.group_size_source = int(meta["Group size"]), source
@@ -208,10 +223,10 @@ def resolve_collective(
     """
     p = _Partial(pg_name=pg_hint)
     if "Collective name" in kernel_args:
-        _from_metadata(p, kernel_args, "kernel_args")
+        _from_metadata(p, kernel_args, "kernel_args", kernel_name)
     for op in ops:
         if op.name == "record_param_comms" and op.args and "Collective name" in op.args:
-            _from_metadata(p, op.args, "record_param_comms")
+            _from_metadata(p, op.args, "record_param_comms", kernel_name)
     _from_ops(p, ops)
     if not p.kind:
         found = collective_from_kernel_name(kernel_name)

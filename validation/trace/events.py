@@ -11,6 +11,7 @@ driven by which fields each event carries, not by the label.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,6 +199,8 @@ class _Ingest:
     def add(self, index: int, ev: dict[str, Any]) -> None:
         ph = ev.get("ph")
         cat = ev.get("cat")
+        if cat is not None and not isinstance(cat, str):  # found by the bad-input suite
+            raise self.fail(index, ev, f"has a 'cat' that is not text ({cat!r})")
         if ph != "X":
             self._flow(cat)
             return
@@ -208,6 +211,9 @@ class _Ingest:
         if "name" not in ev or "pid" not in ev or "tid" not in ev:
             missing = next(k for k in ("name", "pid", "tid") if k not in ev)
             raise self.fail(index, ev, f"lacks {missing!r}")
+        for key in ("pid", "tid"):  # thread keys: a list or mapping cannot name a thread
+            if not isinstance(ev[key], int | str):
+                raise self.fail(index, ev, f"has a {key!r} that is not a number or text")
         ts, dur = ev.get("ts"), ev.get("dur")
         if type(ts) is not float and type(ts) is not int:
             ts = _num(ts)
@@ -217,6 +223,10 @@ class _Ingest:
             dur = _num(dur)
             if dur is None:
                 raise self.fail(index, ev, "lacks a numeric 'dur'")
+        if not (math.isfinite(ts) and math.isfinite(dur)):
+            raise self.fail(index, ev, f"has a non-finite 'ts' or 'dur' ({ts}, {dur})")
+        if dur < 0:  # no profiler writes one; it would run a kernel backwards in time
+            raise self.fail(index, ev, f"has a negative 'dur' ({dur} us)")
         if ts < self.raw.t0_us:
             self.raw.t0_us = ts
         args = ev.get("args")

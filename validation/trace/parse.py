@@ -100,7 +100,8 @@ def _rank_info(raw: RawTrace, rank: int | None) -> RankInfo:
     world = int(dist["world_size"]) if known else rank + 1
     devices = Counter(a.device for a in raw.gpu)
     device = devices.most_common(1)[0][0] if devices else -1
-    props = [p for p in meta.get("deviceProperties") or () if isinstance(p, dict)]
+    listed = meta.get("deviceProperties")
+    props = [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
     prop = next((p for p in props if p.get("id") == device), None)
     if prop is None and props and device >= 0:
         prop = props[0]

@@ -118,6 +118,8 @@ class TraceStream:
         while True:
             try:
                 value, end = _DECODER.raw_decode(self._buf, self._pos)
+            except RecursionError:
+                raise self._fail(f"JSON in {where} nested too deeply") from None
             except json.JSONDecodeError as exc:
                 # Incomplete (not malformed) when the error sits at the buffer's end.
                 near_end = exc.pos >= len(self._buf) - 16 or exc.msg.startswith("Unterminated")
@@ -179,7 +181,7 @@ class TraceStream:
                 if end >= len(self._buf):
                     raise ValueError("the value may continue in the next chunk")
                 self._pos = end
-            except ValueError:
+            except (ValueError, RecursionError):  # _value says what is wrong, if anything
                 event = self._value(f"traceEvents[{self.n_events}]")
             if not isinstance(event, dict):
                 raise self._fail(f"traceEvents[{self.n_events}] is not a JSON object")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from workloads.user_model import UserModel
 
@@ -67,13 +67,29 @@ class AxonnParallel(UserModel):
 
     strategy: Literal["axonn"] = "axonn"
     grid: Grid | None = None
-    pipeline: int = Field(default=1, ge=1)
+    pipeline: int = Field(
+        default=1,
+        ge=1,
+        le=1,
+        description="AxoNN's G_inter (inter-layer pipeline). axsim models AxoNN's 4D tensor "
+        "grid only, so 1 is the one value; for pipelines use megatron or fsdp-pp.",
+    )
     overlap: tuple[OverlapFlag, ...] = ("oar", "ors", "oag")
     implementation: Implementation = "sc24"
     weight_lifetime: WeightLifetime | None = None
     cached_layers: int | None = Field(default=None, ge=0, le=4096)
     expert_mode: bool = True
     transpose_alternate: bool = True
+
+    @field_validator("pipeline", mode="before")
+    @classmethod
+    def _no_pipeline(cls, v: object) -> object:
+        if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+            raise ValueError(
+                f"{v} pipeline stages: axsim models AxoNN's 4D tensor grid without its "
+                "pipeline (G_inter = 1); for pipelines use the megatron or fsdp-pp strategy"
+            )
+        return v
 
     @model_validator(mode="after")
     def _unique_flags(self) -> AxonnParallel:

@@ -40,9 +40,22 @@ def _bwd_id(k: int, p: int, v: int) -> tuple[int, int]:
     return (v - 1 - chunk, mb)
 
 
+def warmup_passes(p: int, m: int, v: int, stage: int) -> int:
+    """Forwards `stage` runs before its first backward (the schedules' warm-up)."""
+    if v == 1:
+        return min(p - stage - 1, m)
+    if m % p:
+        raise WorkloadError(
+            f"the interleaved schedule needs the microbatch count ({m}) divisible by the "
+            f"pipeline size ({p})"
+        )
+    total = m * v
+    return total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+
+
 def one_f_one_b(p: int, m: int, stage: int) -> list[Pass]:
     """The 1F1B order of `stage` for p stages and m microbatches."""
-    warmup = min(p - stage - 1, m)
+    warmup = warmup_passes(p, m, 1, stage)
     out = [Pass("F", 0, i) for i in range(warmup)]
     for i in range(m - warmup):
         out += [Pass("F", 0, warmup + i, True), Pass("B", 0, i, True)]
@@ -52,13 +65,8 @@ def one_f_one_b(p: int, m: int, stage: int) -> list[Pass]:
 
 def interleaved(p: int, m: int, v: int, stage: int) -> list[Pass]:
     """Megatron's interleaved 1F1B order of `stage` (v chunks; m divisible by p)."""
-    if m % p:
-        raise WorkloadError(
-            f"the interleaved schedule needs the microbatch count ({m}) divisible by the "
-            f"pipeline size ({p})"
-        )
     total = m * v
-    warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    warmup = warmup_passes(p, m, v, stage)
     out = [Pass("F", *_fwd_id(k, p, v)) for k in range(warmup)]
     for k in range(total - warmup):
         out.append(Pass("F", *_fwd_id(k + warmup, p, v), steady=True))
@@ -76,9 +84,13 @@ def schedule(p: int, m: int, v: int, stage: int) -> list[Pass]:
 
 def in_flight(p: int, m: int, v: int, stage: int) -> int:
     """Most chunk-microbatches whose activations `stage` holds at once (forwards done,
-    backwards not yet), which sizes its activation memory."""
-    live = peak = 0
-    for ps in schedule(p, m, v, stage):
-        live += 1 if ps.kind == "F" else -1
-        peak = max(peak, live)
-    return peak
+    backwards not yet), which sizes its activation memory.
+
+    Closed form of replaying `schedule` (a test checks they agree): the warm-up forwards,
+    plus the first steady forward before its backward. Why not replay: memory is asked
+    for every candidate microbatch size, and a 2^30-token batch of short sequences has
+    millions of microbatches per replica (a replay cost minutes and gigabytes).
+    """
+    total = m * v
+    warmup = warmup_passes(p, m, v, stage)
+    return warmup + 1 if total > warmup else total
