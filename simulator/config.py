@@ -265,9 +265,13 @@ def read_yaml_file(
 ) -> Any:
     """Parse a YAML file; `error` names the file when it is missing or not valid YAML."""
     p = Path(path)
-    if not p.exists():
+    try:
+        found, folder = p.exists(), p.is_dir()
+    except OSError as e:  # a name the file system cannot even look up (too long, ...)
+        raise error(f"{str(p)[:80]}: cannot read the {what} ({e.strerror})") from None
+    if not found:
         raise error(f"{p}: {what} not found")
-    if p.is_dir():
+    if folder:
         raise error(f"{p}: is a folder, not a {what}")
     try:
         return load_user_yaml(p.read_text())

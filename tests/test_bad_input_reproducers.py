@@ -319,3 +319,18 @@ def test_compare_traces_with_a_name_too_long(capsys: pytest.CaptureFixture[str])
     """Found by the nightly profile: Path.exists() raised OSError (ENAMETOOLONG)."""
     args = ["compare", "--traces", "x" * 300, "--machine", "dgx-h100"]
     assert "File name too long" in one_line_error(args, capsys)
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_config_with_a_name_too_long(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the nightly profile: a config the file system cannot stat (read_yaml_file
+    called Path.exists(), which raised ENAMETOOLONG) is one line naming the config file."""
+    if command == "simulate":
+        args = ["simulate", "x" * 300]
+    else:
+        traces = tmp_path / "t"
+        synth.write_run(traces)
+        args = ["compare", "--traces", str(traces), "--machine", "dgx-h100", "--config", "x" * 300]
+    assert "cannot read the config file" in one_line_error(args, capsys)
