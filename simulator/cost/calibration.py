@@ -63,6 +63,7 @@ from simulator.errors import CostModelError
 from simulator.network.protocols import CollectiveModelSpec
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
+from topologies.user_model import first_error_line
 from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 from workloads.ops import CollectiveKind
 
@@ -384,24 +385,14 @@ class GemmIndex:
         )
 
 
-def _first_error(exc: ValidationError) -> str:
-    """One line for a pydantic error: the dotted field path and the message."""
-    errors = exc.errors()
-    err = errors[0]
-    loc = ".".join(str(x) for x in err["loc"] if x != "[key]") or "(top level)"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"field '{loc}': {msg}{more}"
-
-
 def calibration_from_mapping(raw: Any, source: str = "<mapping>") -> Calibration:
     """Validate a parsed mapping as a Calibration; errors name `source` and the field."""
     if not isinstance(raw, dict):
-        raise CostModelError(f"calibration file {source}: field '(top level)': expected a mapping")
+        raise CostModelError(f"calibration file {source}: expected a mapping at the top level")
     try:
         return Calibration.model_validate(raw)
     except ValidationError as exc:
-        raise CostModelError(f"calibration file {source}: {_first_error(exc)}") from exc
+        raise CostModelError(first_error_line(exc, f"calibration file {source}")) from exc
 
 
 def require_gpu(calibration: Calibration, gpu: str, label: str) -> None:
