@@ -242,6 +242,8 @@ BAD_CASES: list[tuple[str, str]] = [
         "gpus.h100.collectives.0.collective",
     ),
     ("gpus:\n  h100:\n    overlap_slowdown: 0\n", "gpus.h100.overlap_slowdown"),
+    # read as 1.0 before calibration models moved onto UserModel: a boolean is no number
+    ("gpus:\n  h100:\n    overlap_slowdown: true\n", "gpus.h100.overlap_slowdown"),
     ("version: 2\n", "version"),
     ("gpus:\n  h100:\n    gemm_table: {}\n", "gpus.h100.gemm_table"),
     ("- just\n- a list\n", "top level"),
