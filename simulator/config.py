@@ -26,11 +26,11 @@ from topologies.catalogue import machine_preset
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_catalogue
 from topologies.machines import MAX_GPUS
+from topologies.user_model import UserModel, first_error_line
 from topologies.yaml_loader import load_user_yaml, yaml_error_line
 from workloads.errors import WorkloadError
 from workloads.models import TransformerSpec, model_preset, with_overrides
 from workloads.strategies import ParallelConfig, parallel_degrees
-from workloads.user_model import UserModel
 
 
 class Straggler(UserModel):
@@ -354,20 +354,8 @@ def validate_config(data: Mapping[str, Any], source: str = "config") -> Experime
 
 
 def format_validation_error(e: ValidationError, source: str = "config") -> str:
-    errors = e.errors()
-    first = errors[0]
-    path = [str(x) for x in first["loc"] if not (isinstance(x, str) and x in _UNION_TAGS)]
-    if first["type"] == "bool_for_value":  # raised by the model for one of its fields
-        path.append(str(first.get("ctx", {}).get("field", "")))
-    loc = ".".join(path)
-    msg = first["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
-    if first["type"] == "extra_forbidden":
-        msg = "unknown field"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    where = f"{loc}: " if loc else ""
-    return f"{source}: {where}{msg}{more}"
+    """`SOURCE: dotted.field: message` (the strategy tag of `parallel` is not a field)."""
+    return first_error_line(e, source, skip=_UNION_TAGS)
 
 
 from workloads.strategies import STRATEGY_NAMES  # noqa: E402

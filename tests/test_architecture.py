@@ -1,6 +1,7 @@
 """Import rules of docs/DESIGN.md, checked on the source (AST), not at run time.
 
-- topologies/ imports none of our other packages; workloads/ neither.
+- topologies/ imports none of our other packages; workloads/ imports exactly one module of
+  topologies/, topologies.user_model (the user-file base and its error formatter).
 - simulator/ may import topologies and workloads, never validation.
 - validation/ may import everything.
 - only simulator/engine/ imports simpy;
@@ -22,6 +23,8 @@ ALLOWED = {
     "simulator": {"topologies", "workloads"},
     "validation": {"topologies", "workloads", "simulator"},
 }
+# single modules a package may import from a package it may not otherwise import
+ALLOWED_MODULES = {"workloads": {"topologies.user_model"}}
 RICH_OK = (
     "simulator/cli.py",
     "simulator/outputs/render.py",
@@ -47,14 +50,29 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+def _may_import(own: str, name: str) -> bool:
+    """Whether a module of package `own` may import module `name` (ours or not)."""
+    top = name.split(".")[0]
+    if top not in PACKAGES or top == own:
+        return True
+    return top in ALLOWED[own] or name in ALLOWED_MODULES.get(own, set())
+
+
+def test_workloads_sees_only_the_user_model_of_topologies() -> None:
+    assert _may_import("workloads", "topologies.user_model")
+    assert not _may_import("workloads", "topologies.types")
+    assert not _may_import("workloads", "topologies")
+    assert not _may_import("topologies", "workloads.user_model")
+    assert _may_import("simulator", "topologies.types")
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_imports_flow_one_way(path: Path) -> None:
     rel = path.relative_to(ROOT).as_posix()
     own = rel.split("/")[0]
     for name in _imports(path):
         top = name.split(".")[0]
-        if top in PACKAGES and top != own:
-            assert top in ALLOWED[own], f"{rel} imports {name}: {own} may not import {top}"
+        assert _may_import(own, name), f"{rel} imports {name}: {own} may not import {top}"
         if top == "simpy":
             assert rel.startswith("simulator/engine/"), (
                 f"{rel} imports simpy (only simulator/engine/ may)"

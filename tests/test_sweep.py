@@ -195,12 +195,31 @@ def test_axis_keys_linked_axes_and_conveniences() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"axes": {"cluster.nic_speed": [1, 2]}}, "unknown field 'nic_speed' in cluster"),
-        ({"axes": {"cluster.gpus": []}}, "no values: the product is empty"),
-        ({"axes": {}}, "'axes' must map at least one dotted key"),
-        ({"axes": {"gpus": [1]}}, "name a section and a field"),
-        ({"axes": {"cluster.gpus": 4}}, "values must be a list"),
+        (
+            {"axes": {"cluster.nic_speed": [1, 2]}},
+            "bad.yaml: axis 'cluster.nic_speed': unknown field 'nic_speed' in cluster",
+        ),
+        (
+            {"axes": {"cluster.gpus": []}},
+            "bad.yaml: axes.cluster.gpus: List should have at least 1",
+        ),
+        ({"axes": {}}, "bad.yaml: axes: Dictionary should have at least 1 item"),
+        ({"set": {"model.name": "gpt-tiny"}}, "bad.yaml: axes: Field required"),
+        ({"axes": {"gpus": [1]}}, "bad.yaml: axis 'gpus': name a section and a field"),
+        (
+            {"axes": {"cluster.gpus": 4}},
+            "bad.yaml: axes.cluster.gpus: Input should be a valid list",
+        ),
         ({"axes": {"cluster.gpus,model.name": [[8]]}}, "must list 2 values"),
+        ({"base": 3, "axes": {"cluster.gpus": [8]}}, "bad.yaml: base: give 'default', a config"),
+        ({"base": {"clustr": {}}, "axes": {"cluster.gpus": [8]}}, "bad.yaml: base: 'clustr'"),
+        ({"set": [1], "axes": {"cluster.gpus": [8]}}, "bad.yaml: set: Input should be a valid"),
+        ({"set": {"cluster.gpu_s": 8}, "axes": {"cluster.gpus": [8]}}, "bad.yaml: set: 'cluster"),
+        ({"sets": {}, "axes": {"cluster.gpus": [8]}}, "bad.yaml: sets: unknown field"),
+        (
+            {"axes": {"cluster.gpus": [8], "cluster.gpus,model.name": [[8, "gpt-tiny"]]}},
+            "bad.yaml: axes: a key appears on two axes",
+        ),
     ],
 )
 def test_bad_specs_fail_with_one_line(

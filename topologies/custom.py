@@ -16,24 +16,30 @@ Format (YAML shown; JSON with the same structure works, chosen by the `.json` su
       - {src: a.nic0, dst: leaf0, kind: nic, bandwidth_GBps: 50, bidirectional: false}
 
 Device kinds: gpu, nic, switch, cpu. Link kinds: nvlink, xgmi, pcie, c2c, nic, local,
-global. `bandwidth_GBps` is per direction (> 0); `latency_us` defaults to 0.5 (>= 0);
-`bidirectional` defaults to true. Routing: widest-shortest single paths
-(`ShortestPathRouter`). Every mistake raises TopologyError naming the file and the
-element: unknown or duplicate device, a link missing an end or pointing at an unknown
-device, non-positive bandwidth, a device with no link, a GPU with no route to another GPU,
-no GPUs at all, unknown fields.
+global. `bandwidth_GBps` is per direction (> 0, finite); `latency_us` defaults to 0.5
+(>= 0); `bidirectional` defaults to true; `node` and `group` are integers >= -1 (a device
+that is not a switch sits on a node, >= 0); `package_size` is an integer >= 1. Routing:
+widest-shortest single paths (`ShortestPathRouter`).
+
+The file is a pydantic model (`CustomTopologyFile` on the shared `UserModel` base; `axsim
+schema --topology` prints its JSON Schema), so a wrong type, a missing or unknown field or
+an out-of-range number is one line `FILE: links.3.bandwidth_GBps: Input should be greater
+than 0`. The checks that need the whole file follow the model and raise TopologyError
+naming the file and the element the same way: a duplicate device name, a link to an
+unknown device, a link joining a device to itself, the same direction twice, a device
+with no link, a GPU with no route to another GPU, no GPUs at all.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from pathlib import Path as FilePath
 from typing import Any
 
 import numpy as np
 import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_spec
@@ -47,12 +53,95 @@ from topologies.types import (
     device_kind_code,
     link_kind_code,
 )
+from topologies.user_model import UserModel, first_error_line
 from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 
-_TOP_FIELDS = {"name", "description", "gpu", "package_size", "devices", "links"}
-_DEVICE_FIELDS = {"name", "kind", "node", "group"}
-_LINK_FIELDS = {"src", "dst", "kind", "bandwidth_GBps", "latency_us", "bidirectional"}
 DEFAULT_LATENCY_US = 0.5
+"""A link's latency when the file gives none: a modelling default inside the range of the
+preset machines' per-hop latencies (topologies/data/machines.yaml: switch hop 0.3 us,
+Rosetta local hop 0.35, global hop 0.5, NIC injection 1.0), not a measurement; a file
+that knows its hardware states latency_us."""
+
+
+def _lower_kind(value: Any) -> Any:
+    """Kinds are matched without regard to case or surrounding spaces (`GPU`, ` nvlink`),
+    as the loader always did; anything else goes to the enum check unchanged."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+class DeviceEntry(UserModel):
+    """One device of the graph; GPUs are numbered in the order they appear."""
+
+    name: str = Field(min_length=1, description="Unique device name; links refer to it.")
+    kind: DeviceKind
+    node: int | None = Field(
+        None, ge=-1, description="Node index; default 0, and -1 (no node) for switches."
+    )
+    group: int = Field(-1, ge=-1, description="Dragonfly group / pod index; -1 for none.")
+
+    _kind = field_validator("kind", mode="before")(_lower_kind)
+
+    @field_validator("name")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a device name must not be blank")
+        return v
+
+    @model_validator(mode="after")
+    def _on_a_node(self) -> DeviceEntry:
+        if self.node is not None and self.node < 0 and self.kind is not DeviceKind.SWITCH:
+            raise ValueError(
+                f"device '{self.name}': a {self.kind.value} must be on a node (node >= 0), "
+                f"got {self.node}"
+            )
+        return self
+
+    @property
+    def node_index(self) -> int:
+        """The node with its default applied (switches sit on no node)."""
+        if self.node is not None:
+            return self.node
+        return -1 if self.kind is DeviceKind.SWITCH else 0
+
+
+class LinkEntry(UserModel):
+    """A cable between two devices: both directions at the same rate unless one-way."""
+
+    src: str = Field(description="Name of one end (a device of `devices`).")
+    dst: str = Field(description="Name of the other end.")
+    kind: LinkKind
+    bandwidth_GBps: float = Field(gt=0, description="Per direction, GB/s (10^9 bytes/s).")
+    latency_us: float = Field(DEFAULT_LATENCY_US, ge=0, description="Per hop, microseconds.")
+    bidirectional: bool = Field(True, description="False: only src -> dst exists.")
+
+    _kind = field_validator("kind", mode="before")(_lower_kind)
+
+
+class CustomTopologyFile(UserModel):
+    """A custom topology file (format in the module docstring)."""
+
+    name: str | None = Field(None, description="Default: the file name without suffix.")
+    description: str | None = None
+    gpu: str | None = Field(None, description="GPU type, a catalogue name (h100, mi250x...).")
+    package_size: int = Field(1, ge=1, description="GPUs per package (Frontier-like: 2).")
+    devices: list[DeviceEntry] = Field(min_length=1)
+    links: list[LinkEntry] = Field(min_length=1)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return gpu_spec(v).name
+        except TopologyError as e:
+            raise ValueError(str(e)) from None
+
+
+def custom_topology_json_schema() -> dict[str, Any]:
+    """JSON Schema of a custom topology file, for editors (`axsim schema --topology`)."""
+    return CustomTopologyFile.model_json_schema()
 
 
 def load_custom_topology(path: str | FilePath) -> Topology:
@@ -71,12 +160,17 @@ def parse_custom_topology(
     """Build a Topology from an already-parsed description (the mapping of the file format)."""
     if not isinstance(raw, dict):
         raise TopologyError(f"{where}: expected a mapping with 'devices' and 'links'")
-    _no_unknown(raw, _TOP_FIELDS, where)
-    devices = _list(raw, "devices", where)
-    links = _list(raw, "links", where)
-    names, kinds, nodes, groups = _devices(devices, where)
+    try:
+        spec = CustomTopologyFile.model_validate(raw)
+    except ValidationError as e:
+        raise TopologyError(first_error_line(e, where)) from None
+    names = [d.name for d in spec.devices]
+    kinds = [d.kind for d in spec.devices]
+    nodes = [d.node_index for d in spec.devices]
+    groups = [d.group for d in spec.devices]
+    _check_unique(names, where)
     index = {n: i for i, n in enumerate(names)}
-    src, dst, lkinds, bws, lats = _links(links, index, where)
+    src, dst, lkinds, bws, lats = _links(spec.links, index, where)
     _check_connected(names, kinds, src, dst, where)
     gpus = [i for i, k in enumerate(kinds) if k is DeviceKind.GPU]
     if not gpus:
@@ -92,13 +186,9 @@ def parse_custom_topology(
     gpu_nodes = [nodes[g] for g in gpus]
     per_node = Counter(gpu_nodes)
     in_order = gpu_nodes == sorted(gpu_nodes)
-    gpu_type = "" if raw.get("gpu") is None else gpu_spec(str(raw["gpu"])).name
-    package = raw.get("package_size", 1)
-    if isinstance(package, bool) or not isinstance(package, int) or package < 1:
-        raise TopologyError(f"{where}: package_size must be a positive integer, got {package!r}")
     nic_nodes = Counter(nodes[i] for i, k in enumerate(kinds) if k is DeviceKind.NIC)
     return Topology(
-        name=str(raw.get("name") or default_name),
+        name=spec.name or default_name,
         devices=DeviceTable(
             kind=np.array([device_kind_code(k) for k in kinds], dtype=np.int8),
             node=np.array(nodes, dtype=np.int32),
@@ -110,15 +200,15 @@ def parse_custom_topology(
         gpus=np.array(gpus, dtype=np.int64),
         gpus_per_node=max(per_node.values()),
         router=ShortestPathRouter(),
-        gpu_type=gpu_type,
-        description=str(raw.get("description") or f"custom topology from {where}"),
+        gpu_type=spec.gpu or "",
+        description=spec.description or f"custom topology from {where}",
         metadata={
             "machine": "custom",
             "source": where,
             "nodes": len(per_node),
             "gpus_per_node": max(per_node.values()),
             "nics_per_node": max(nic_nodes.values(), default=0),
-            "package_size": package,
+            "package_size": spec.package_size,
             "homogeneous_nodes": len(set(per_node.values())) == 1 and in_order,
             "routing": "widest-shortest",
         },
@@ -149,129 +239,42 @@ def _read(path: FilePath, where: str) -> object:
         ) from None
 
 
-def _no_unknown(entry: dict[str, Any], known: set[str], where: str) -> None:
-    extra = sorted(set(map(str, entry)) - known)
-    if extra:
-        raise TopologyError(
-            f"{where}: unknown field '{extra[0]}' (known: {', '.join(sorted(known))})"
-        )
-
-
-def _list(raw: dict[str, Any], key: str, where: str) -> list[Any]:
-    value = raw.get(key)
-    if not isinstance(value, list) or not value:
-        raise TopologyError(f"{where}: '{key}' must be a non-empty list")
-    return value
-
-
-def _int_field(entry: dict[str, Any], key: str, default: int, where: str) -> int:
-    value = entry.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise TopologyError(f"{where}: {key} must be an integer >= -1, got {value!r}")
-    return value
-
-
-def _devices(
-    entries: list[Any], where: str
-) -> tuple[list[str], list[DeviceKind], list[int], list[int]]:
-    names: list[str] = []
-    kinds: list[DeviceKind] = []
-    nodes: list[int] = []
-    groups: list[int] = []
+def _check_unique(names: list[str], where: str) -> None:
     seen: set[str] = set()
-    for i, entry in enumerate(entries):
-        label = f"{where}: device {i}"
-        if not isinstance(entry, dict):
-            raise TopologyError(f"{label}: expected a mapping with name and kind")
-        name = entry.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise TopologyError(f"{label}: missing or empty 'name'")
-        label = f"{where}: device '{name}'"
-        _no_unknown(entry, _DEVICE_FIELDS, label)
+    for name in names:
         if name in seen:
             raise TopologyError(f"{where}: duplicate device name '{name}'")
         seen.add(name)
-        try:
-            kind = DeviceKind(str(entry.get("kind", "")).strip().lower())
-        except ValueError:
-            known = ", ".join(k.value for k in DeviceKind)
-            raise TopologyError(
-                f"{label}: unknown kind {entry.get('kind')!r} (known: {known})"
-            ) from None
-        default_node = -1 if kind is DeviceKind.SWITCH else 0
-        node = _int_field(entry, "node", default_node, label)
-        if node < 0 and kind is not DeviceKind.SWITCH:
-            raise TopologyError(
-                f"{label}: a {kind.value} must be on a node (node >= 0), got {node}"
-            )
-        names.append(name)
-        kinds.append(kind)
-        nodes.append(node)
-        groups.append(_int_field(entry, "group", -1, label))
-    return names, kinds, nodes, groups
-
-
-def _number(
-    entry: dict[str, Any], key: str, label: str, default: float | None, positive: bool
-) -> float:
-    value = entry.get(key, default)
-    if value is None:
-        raise TopologyError(f"{label}: missing '{key}'")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TopologyError(f"{label}: {key} must be a number, got {value!r}")
-    if (positive and value <= 0) or value < 0:
-        raise TopologyError(
-            f"{label}: {key} must be {'> 0' if positive else '>= 0'}, got {value!r}"
-        )
-    return float(value)
 
 
 def _links(
-    entries: list[Any], index: dict[str, int], where: str
+    entries: list[LinkEntry], index: dict[str, int], where: str
 ) -> tuple[list[int], list[int], list[LinkKind], list[float], list[float]]:
+    """Directed links (a bidirectional entry is two) after the checks that need the device
+    list: both ends known and different, no direction given twice."""
     src: list[int] = []
     dst: list[int] = []
     kinds: list[LinkKind] = []
     bws: list[float] = []
     lats: list[float] = []
     seen: set[tuple[int, int]] = set()
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise TopologyError(
-                f"{where}: link {i}: expected a mapping with src, dst, kind, bandwidth_GBps"
-            )
-        label = f"{where}: link {i} ({entry.get('src')} -> {entry.get('dst')})"
-        _no_unknown(entry, _LINK_FIELDS, label)
-        ends = []
-        for end in ("src", "dst"):
-            if entry.get(end) is None:
-                raise TopologyError(f"{label}: dangling link, missing '{end}'")
-            if not isinstance(entry[end], str) or entry[end] not in index:
-                raise TopologyError(f"{label}: unknown device '{entry[end]}'")
-            ends.append(index[entry[end]])
-        if ends[0] == ends[1]:
+    for i, link in enumerate(entries):
+        label = f"{where}: links.{i} ({link.src} -> {link.dst})"
+        for end in (link.src, link.dst):
+            if end not in index:
+                raise TopologyError(f"{label}: unknown device '{end}'")
+        a, b = index[link.src], index[link.dst]
+        if a == b:
             raise TopologyError(f"{label}: a link must join two different devices")
-        try:
-            kind = LinkKind(str(entry.get("kind", "")).strip().lower())
-        except ValueError:
-            known = ", ".join(k.value for k in LinkKind)
-            raise TopologyError(
-                f"{label}: unknown kind {entry.get('kind')!r} (known: {known})"
-            ) from None
-        bw = _number(entry, "bandwidth_GBps", label, None, positive=True)
-        lat = _number(entry, "latency_us", label, DEFAULT_LATENCY_US, positive=False)
-        both = entry.get("bidirectional", True)
-        if not isinstance(both, bool):
-            raise TopologyError(f"{label}: bidirectional must be true or false, got {both!r}")
-        for a, b in ((ends[0], ends[1]), (ends[1], ends[0])) if both else ((ends[0], ends[1]),):
-            if (a, b) in seen:
+        for u, v in ((a, b), (b, a)) if link.bidirectional else ((a, b),):
+            if (u, v) in seen:
                 raise TopologyError(f"{label}: duplicate link (the same direction appears twice)")
-            seen.add((a, b))
-            src.append(a)
-            dst.append(b)
-            kinds.append(kind)
-            bws.append(bw)
-            lats.append(lat)
+            seen.add((u, v))
+            src.append(u)
+            dst.append(v)
+            kinds.append(link.kind)
+            bws.append(link.bandwidth_GBps)
+            lats.append(link.latency_us)
     return src, dst, kinds, bws, lats
 
 

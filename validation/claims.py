@@ -28,9 +28,9 @@ from typing import Any
 from pydantic import ValidationError, model_validator
 
 from simulator.errors import ConfigError
+from topologies.user_model import UserModel, first_error_line
 from validation.figures.experiments import trim
 from validation.published import load_yaml
-from workloads.user_model import UserModel
 
 CLAIM_FILES = ("zeropp_frontier", "optimus_frontera", "fernandez_dgx_h100")
 
@@ -84,9 +84,7 @@ def load_claim(name: str) -> ClaimFile:
     try:
         return ClaimFile.model_validate(load_yaml(f"claims/{name}"))
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"claims/{name}.yaml: {where}: {err['msg']}") from None
+        raise ConfigError(first_error_line(e, f"claims/{name}.yaml")) from None
 
 
 def setup_value(name: str, key: str, reduced: bool = False) -> Any:

@@ -63,18 +63,17 @@ from simulator.errors import CostModelError
 from simulator.network.protocols import CollectiveModelSpec
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
+from topologies.user_model import UserModel, first_error_line
 from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 from workloads.ops import CollectiveKind
 
-Frozen = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 LINK_TIERS: frozenset[str] = frozenset({k.value for k in LINK_KINDS} | {"intra_node", "inter_node"})
 MAX_NEIGHBOURS = 8
 
 
-class GemmPoint(BaseModel):
+class GemmPoint(UserModel):
     """One measured GEMM shape: its kernel time (`time_s`) or achieved rate (`flops_per_s`)."""
 
-    model_config = Frozen
     m: int = Field(gt=0)
     n: int = Field(gt=0)
     k: int = Field(gt=0)
@@ -104,10 +103,9 @@ class GemmPoint(BaseModel):
         return 2.0 * self.m * self.n * self.k * self.batch / rate
 
 
-class GemmTable(BaseModel):
+class GemmTable(UserModel):
     """Measured GEMM points of one GPU type and how to use them between points."""
 
-    model_config = Frozen
     points: tuple[GemmPoint, ...] = ()
     interpolation: Literal["idw", "nearest", "exact"] = "idw"
     neighbourhood: float = Field(default=2.0, ge=1.0)
@@ -123,10 +121,9 @@ class GemmTable(BaseModel):
         return points
 
 
-class AlphaBetaSegment(BaseModel):
+class AlphaBetaSegment(UserModel):
     """time = alpha_s + beta_s_per_byte · bytes, for min_bytes <= bytes < max_bytes."""
 
-    model_config = Frozen
     min_bytes: float = Field(ge=0)
     max_bytes: float = Field(gt=0)
     alpha_s: float = Field(ge=0)
@@ -143,18 +140,16 @@ class AlphaBetaSegment(BaseModel):
         return self.alpha_s + self.beta_s_per_byte * nbytes
 
 
-class BusBwPoint(BaseModel):
+class BusBwPoint(UserModel):
     """A measured bus bandwidth (nccl-tests convention) at one message size."""
 
-    model_config = Frozen
     bytes: float = Field(gt=0)
     busbw_Bps: float = Field(gt=0)
 
 
-class CollectiveTable(BaseModel):
+class CollectiveTable(UserModel):
     """Measured cost of one collective on one link tier (optionally one group size)."""
 
-    model_config = Frozen
     collective: CollectiveKind
     tier: str
     group_size: int | None = Field(default=None, gt=0)
@@ -204,7 +199,7 @@ class CollectiveTable(BaseModel):
         return float(np.exp(np.interp(math.log(max(nbytes, 1e-300)), xs, ys)))
 
 
-class KernelRates(BaseModel):
+class KernelRates(UserModel):
     """Fitted rates and overheads; each one set replaces the kernel model's own constant.
 
     `gemm_peak_flops` replaces P, the bf16/fp16 rate of a large GEMM under the efficiency
@@ -216,7 +211,6 @@ class KernelRates(BaseModel):
     `launch_overhead_s` is added to every op; `issue_*_s` are host dispatch costs.
     """
 
-    model_config = Frozen
     gemm_peak_flops: float | None = Field(default=None, gt=0)
     gemm_flops_per_s: float | None = Field(default=None, gt=0)
     gemm_overhead_s: float | None = Field(default=None, ge=0)
@@ -228,18 +222,16 @@ class KernelRates(BaseModel):
     issue_collective_s: float | None = Field(default=None, ge=0)
 
 
-class InterferenceFit(BaseModel):
+class InterferenceFit(UserModel):
     """Fitted stretch factors of kernels that overlap communication (None = not fitted)."""
 
-    model_config = Frozen
     compute: float | None = Field(default=None, ge=1.0)
     memory: float | None = Field(default=None, ge=1.0)
 
 
-class GpuCalibration(BaseModel):
+class GpuCalibration(UserModel):
     """Everything calibrated for one GPU type."""
 
-    model_config = Frozen
     gemm: GemmTable | None = None
     collectives: tuple[CollectiveTable, ...] = ()
     overlap_slowdown: float | None = Field(default=None, gt=0)
@@ -292,10 +284,9 @@ def _known_gpu(name: str) -> str:
 GpuName = Annotated[str, AfterValidator(_known_gpu)]
 
 
-class Calibration(BaseModel):
+class Calibration(UserModel):
     """A calibration file: per-GPU measured tables plus provenance."""
 
-    model_config = Frozen
     version: Literal[1] = 1
     provenance: Provenance = Field(default_factory=Provenance)
     gpus: dict[GpuName, GpuCalibration] = Field(default_factory=dict)
@@ -384,24 +375,14 @@ class GemmIndex:
         )
 
 
-def _first_error(exc: ValidationError) -> str:
-    """One line for a pydantic error: the dotted field path and the message."""
-    errors = exc.errors()
-    err = errors[0]
-    loc = ".".join(str(x) for x in err["loc"] if x != "[key]") or "(top level)"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"field '{loc}': {msg}{more}"
-
-
 def calibration_from_mapping(raw: Any, source: str = "<mapping>") -> Calibration:
     """Validate a parsed mapping as a Calibration; errors name `source` and the field."""
     if not isinstance(raw, dict):
-        raise CostModelError(f"calibration file {source}: field '(top level)': expected a mapping")
+        raise CostModelError(f"calibration file {source}: expected a mapping at the top level")
     try:
         return Calibration.model_validate(raw)
     except ValidationError as exc:
-        raise CostModelError(f"calibration file {source}: {_first_error(exc)}") from exc
+        raise CostModelError(first_error_line(exc, f"calibration file {source}")) from exc
 
 
 def require_gpu(calibration: Calibration, gpu: str, label: str) -> None:

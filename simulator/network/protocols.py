@@ -35,7 +35,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from workloads.user_model import UserModel
+from topologies.user_model import UserModel
 
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 TIERS: tuple[str, ...] = ("intra_node", "inter_node")

@@ -2,9 +2,12 @@
 
 A spec is a mapping with `base` (the embedded default, a config path relative to the
 spec, or an inline config mapping), `set` (fixed dotted overrides) and `axes` (dotted key
--> list of values; "a,b" names linked keys varied together). Axis keys are checked
-against the config schema up front (any strategy's parallel fields count), so a typo is
-one error before anything runs, not a column of failed rows.
+-> list of values; "a,b" names linked keys varied together). Its shape is a pydantic model
+(`SweepSpecFile` on the shared `UserModel` base; `axsim schema --sweep` prints its JSON
+Schema), so a wrong type or an unknown key is one line `SPEC: axes.cluster.gpus: Input
+should be a valid list`. Axis keys are then checked against the config schema up front
+(any strategy's parallel fields count), so a typo is one error before anything runs, not
+a column of failed rows.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from simulator.config import (
     ExperimentConfig,
@@ -30,6 +33,7 @@ from simulator.config import (
     validate_config,
 )
 from simulator.errors import SimulatorError
+from topologies.user_model import UserModel, first_error_line
 
 
 class SweepError(SimulatorError):
@@ -68,6 +72,40 @@ class SweepPoint:
 
 
 # ------------------------------------------------------------------ spec
+AxisValues = Annotated[list[Any], Field(min_length=1)]
+
+
+class SweepSpecFile(UserModel):
+    """The shape of a sweep spec file; the keys' meaning is checked by `parse_spec`."""
+
+    base: str | dict[str, Any] | None = Field(
+        None,
+        description="'default' (the embedded default, also when absent), a config path "
+        "relative to the spec, or an inline config mapping.",
+    )
+    fixed: dict[str, Any] | None = Field(
+        None, alias="set", description="Fixed dotted overrides applied to the base."
+    )
+    axes: dict[str, AxisValues] = Field(
+        min_length=1,
+        description="Dotted key -> list of values; 'a,b' links keys varied together (each "
+        "value then lists one value per key).",
+    )
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _base_kind(cls, v: Any) -> Any:
+        # before the union, whose per-member errors would name pydantic's types
+        if v is None or isinstance(v, str | Mapping):
+            return v
+        raise ValueError("give 'default', a config path or an inline config mapping")
+
+
+def sweep_spec_json_schema() -> dict[str, Any]:
+    """JSON Schema of a sweep spec file, for editors (`axsim schema --sweep`)."""
+    return SweepSpecFile.model_json_schema(by_alias=True)
+
+
 def _submodels(annotation: Any) -> list[type[BaseModel]]:
     """The pydantic models a field can hold (unions, Optional, Annotated unwrapped)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -97,21 +135,19 @@ def check_key(key: str) -> None:
             raise SweepError(f"axis '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
 
 
-def _base_mapping(base: Any, spec_dir: Path) -> dict[str, Any]:
+def _base_mapping(base: str | dict[str, Any] | None, spec_dir: Path, source: str) -> dict[str, Any]:
     if base is None or base == "default":
         return default_config_mapping()
     if isinstance(base, str):
         path = Path(base) if Path(base).is_absolute() else spec_dir / base
         data = read_yaml_mapping(path)
-    elif isinstance(base, Mapping):
-        data = dict(base)
     else:
-        raise SweepError("base: give 'default', a config path or an inline config mapping")
+        data = dict(base)
     for key in _leaf_keys(data):  # a typo fails here, not as an error row per point
         try:
             check_key(key)
         except SweepError as exc:
-            raise SweepError(f"base: {str(exc).removeprefix('axis ')}") from None
+            raise SweepError(f"{source}: base: {str(exc).removeprefix('axis ')}") from None
     return data
 
 
@@ -127,19 +163,18 @@ def _leaf_keys(data: Mapping[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
-def _axis(name: Any, raw: Any) -> Axis:
-    keys = tuple(k.strip() for k in str(name).split(",") if k.strip())
-    for k in keys:
-        check_key(k)
-    if not isinstance(raw, list):
-        raise SweepError(f"axis '{name}': values must be a list, got {raw!r}")
-    if not raw:
-        raise SweepError(f"axis '{name}' has no values: the product is empty")
+def _axis(name: str, raw: list[Any], source: str) -> Axis:
+    keys = tuple(k.strip() for k in name.split(",") if k.strip())
+    try:
+        for k in keys:
+            check_key(k)
+    except SweepError as exc:
+        raise SweepError(f"{source}: {exc}") from None
     values = []
     for v in raw:
         tup = tuple(v) if len(keys) > 1 and isinstance(v, list) else (v,)
         if len(tup) != len(keys):
-            raise SweepError(f"axis '{name}': value {v!r} must list {len(keys)} values")
+            raise SweepError(f"{source}: axis '{name}': value {v!r} must list {len(keys)} values")
         values.append(tup)
     return Axis(keys, tuple(values))
 
@@ -147,24 +182,23 @@ def _axis(name: Any, raw: Any) -> Axis:
 def parse_spec(
     data: Mapping[str, Any], spec_dir: Path = Path("."), source: str = "spec"
 ) -> SweepSpec:
-    """Validate a spec mapping (keys: base, set, axes)."""
-    unknown = set(data) - {"base", "set", "axes"}
-    if unknown:
-        raise SweepError(f"{source}: unknown key '{sorted(unknown)[0]}' (use base, set, axes)")
-    fixed = data.get("set") or {}
-    if not isinstance(fixed, Mapping):
-        raise SweepError(f"{source}: 'set' must map dotted keys to values")
-    base = _base_mapping(data.get("base"), spec_dir)
-    for k, v in resets_first([(str(k), v) for k, v in fixed.items()]):
-        check_key(k)
+    """Validate a spec mapping (keys: base, set, axes); SweepError names `source` and the
+    field."""
+    try:
+        spec = SweepSpecFile.model_validate(dict(data))
+    except ValidationError as exc:
+        raise SweepError(first_error_line(exc, source)) from None
+    base = _base_mapping(spec.base, spec_dir, source)
+    for k, v in resets_first(list((spec.fixed or {}).items())):
+        try:
+            check_key(k)
+        except SweepError as exc:
+            raise SweepError(f"{source}: set: {str(exc).removeprefix('axis ')}") from None
         base = set_value(base, k, v)
-    axes_raw = data.get("axes")
-    if not isinstance(axes_raw, Mapping) or not axes_raw:
-        raise SweepError(f"{source}: 'axes' must map at least one dotted key to a list of values")
-    axes = tuple(_axis(k, v) for k, v in axes_raw.items())
+    axes = tuple(_axis(k, v, source) for k, v in spec.axes.items())
     cols = [k for a in axes for k in a.keys]
     if len(set(cols)) != len(cols):
-        raise SweepError(f"{source}: a key appears on two axes")
+        raise SweepError(f"{source}: axes: a key appears on two axes")
     return SweepSpec(base, axes, source)
 
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from workloads.user_model import UserModel
+from topologies.user_model import UserModel
 
 PartitionLevel = Literal["pair", "node", "global"]
 

@@ -1,17 +1,23 @@
-"""The pydantic base of every user-facing settings model (configs, strategy parameters).
+"""The pydantic base of every user file (configs, strategy parameters, custom topology
+files, sweep specs, calibration and claim files) and the one line its errors print as.
 
 Why a base: two input mistakes pass pydantic's lax mode silently. A boolean where a number
 belongs (`gpus: true`, `nic_bandwidth_GBps: yes`) is read as 1, and `.inf` / `.nan`
 pass `gt=0` checks. The base rejects both and keeps the models frozen with unknown keys
-forbidden. It lives in workloads/, the lowest package with settings models, so that the
-strategy parameters here and the simulator's config share it.
+forbidden.
+
+Why here: topologies/ is the leaf package (it imports none of ours) and custom topology
+files are its concern, so the base lives at the bottom where every package may import it.
+workloads/ imports exactly this module of topologies/ (docs/DESIGN.md, the architecture
+test): it is shared vocabulary, not topology knowledge.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 
@@ -65,3 +71,30 @@ class UserModel(BaseModel):
                         },
                     )
         return data
+
+
+def first_error_line(exc: ValidationError, source: str, *, skip: Collection[str] = ()) -> str:
+    """The one line a user sees for a validation error: `SOURCE: dotted.field: message`,
+    with ` (and N more)` when pydantic found more than one problem.
+
+    `skip` names location parts that are not fields the user wrote (a discriminated
+    union's tag, e.g. the strategy name in `parallel.axonn.grid`); pydantic's `[key]`
+    marker (a bad mapping key) is dropped the same way. Why one formatter: every user file
+    (config, custom topology, sweep spec, calibration, claim) reports mistakes in the same
+    words, so a user learns the shape once and tests can pin it.
+    """
+    errors = exc.errors()
+    first = errors[0]
+    path = [
+        str(part)
+        for part in first["loc"]
+        if not (isinstance(part, str) and (part in skip or part == "[key]"))
+    ]
+    if first["type"] == "bool_for_value":  # raised by the model for one of its fields
+        path.append(str(first.get("ctx", {}).get("field", "")))
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    where = f"{'.'.join(path)}: " if path else ""
+    return f"{source}: {where}{msg}{more}"
