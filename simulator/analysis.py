@@ -13,11 +13,17 @@ Definitions for one rank:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.engine.compiled import PS_PER_S
 from simulator.timeline import RankTimeline
+
+if TYPE_CHECKING:
+    from simulator.engine.periodic import Warp
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,17 +112,43 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
     )
 
 
-def with_virtual_copies(
-    tl: RankTimeline, bd: RankBreakdown, copies: list[tuple[int, int, int]]
-) -> RankBreakdown:
-    """Add the contribution of repeated segments that were proven identical and not put in
-    the timeline: records [first, stop) stand for `extra` more copies each."""
-    for first, stop, extra in copies:
-        mask = np.zeros(len(tl), dtype=bool)
-        mask[first:stop] = True
-        part = breakdown(tl.select(mask))
-        bd = _add(bd, part, extra)
-    return bd
+def with_skipped_periods(tl: RankTimeline, warps: Sequence[Warp]) -> RankBreakdown:
+    """The breakdown of a rank whose records stand for skipped periods (the engine's
+    `warps` metadata, simulator/engine/periodic.py `Warp`), as if every copy were there.
+
+    Every quantity here is an integral over time of what is running at each instant, and
+    the skipped periods repeat the compared period [t1, t2) exactly, so: undo the skips
+    (records from lo2 on move back), take the breakdown, and add each compared period
+    `periods` times, clipped to its interval, on the clock it was compared on."""
+    frames = [(tl.start_s.copy(), tl.end_s.copy())]
+    index = np.arange(len(tl))
+    for w in reversed(warps):  # frame k-1 = frame k with skip k undone
+        st, en = frames[0]
+        back = w.periods * w.period_ps / PS_PER_S
+        moved = index >= w.lo2
+        frames.insert(0, (np.where(moved, st - back, st), np.where(moved, en - back, en)))
+    bd = breakdown(_with_times(tl, *frames[0]))
+    for w, (st, en) in zip(warps, frames[:-1], strict=True):
+        t1, t2 = w.t1 / PS_PER_S, w.t2 / PS_PER_S
+        cs, ce = np.clip(st, t1, t2), np.clip(en, t1, t2)
+        keep = (en > t1) & (st < t2)
+        part = breakdown(_with_times(tl, cs, ce).select(keep))
+        part = replace(part, span_s=t2 - t1)
+        bd = _add(bd, part, w.periods)
+    return replace(bd, span_s=float(tl.end_s.max(initial=0.0) - tl.start_s.min(initial=0.0)))
+
+
+def record_weights(length: int, warps: Sequence[Warp]) -> np.ndarray:
+    """How many ops of the iteration each record stands for (1, or more for the records
+    of a compared period)."""
+    w = np.ones(length)
+    for warp in warps:
+        w[warp.lo1 : warp.lo2] += warp.periods
+    return w
+
+
+def _with_times(tl: RankTimeline, start: np.ndarray, end: np.ndarray) -> RankTimeline:
+    return replace(tl, start_s=start, end_s=end)
 
 
 def _add(a: RankBreakdown, b: RankBreakdown, k: float) -> RankBreakdown:

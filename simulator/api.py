@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from simulator.build import build_cost_model, build_topology
 from simulator.config import ExperimentConfig
-from simulator.engine.core import Engine, EngineResult, MaterializationRequired, ProgressFn
+from simulator.engine.core import Engine, EngineResult, ProgressFn
 from simulator.errors import ConfigError
 from simulator.network.params import network_params_for
 from simulator.report import Report, build_report
@@ -67,26 +67,15 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     plan = build_plan(config, topology, gpu)
     stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}
 
-    def engine_for(plan: WorkloadPlan) -> Engine:
-        return Engine(
-            plan.graph,
-            topology,
-            cost,
-            mode=config.engine.mode,
-            stragglers=stragglers,
-            steady_state=config.engine.steady_state,
-            progress=progress,
-        )
-
-    try:
-        result = engine_for(plan).run()
-    except MaterializationRequired:
-        # repeated microbatches could not be proven identical: expand them and run all
-        expanded = config.model_copy(
-            update={"engine": config.engine.model_copy(update={"virtual_microbatches": False})}
-        )
-        plan = build_plan(expanded, topology, gpu)
-        result = engine_for(plan).run()
+    result = Engine(
+        plan.graph,
+        topology,
+        cost,
+        mode=config.engine.mode,
+        stragglers=stragglers,
+        steady_state=config.engine.steady_state,
+        progress=progress,
+    ).run()
     engine_wall = result.wall_time_s
     result.wall_time_s = time.perf_counter() - t0
     result.setup_time_s += result.wall_time_s - engine_wall  # topology, workload, report

@@ -15,8 +15,9 @@ from typing import cast
 
 import numpy as np
 
-from simulator.analysis import breakdown, with_virtual_copies
+from simulator.analysis import with_skipped_periods
 from simulator.engine.core import EngineResult
+from simulator.engine.periodic import Warp
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 
@@ -123,12 +124,10 @@ def build_report(
     tl = result.timeline
     critical = max(tl.ranks, key=lambda r: float(tl.rank(r).end_s.max(initial=0.0)))
     rank_tl = tl.rank(critical)
-    bd = with_virtual_copies(
-        rank_tl,
-        breakdown(rank_tl),
-        # the engine records (first, stop, extra) triples here (Engine._result)
-        list(cast("list[tuple[int, int, int]]", tl.metadata.get("virtual_copies", []))),
-    )
+    # the engine lists the skipped periods of the ranks whose records stand for them
+    warps = cast("dict[int, list[Warp]]", tl.metadata.get("warps", {}))
+    rep = critical if tl.representative is None else int(tl.representative[critical])
+    bd = with_skipped_periods(rank_tl, warps.get(rep, []))
     t = result.iteration_time_s
     gpus = tl.world_size
     by_group = dict.fromkeys(CONTRACT_GROUPS, 0.0)

@@ -8,6 +8,11 @@ through `activation.on_done(end_ps)` from a simpy callback):
   rates are recomputed once per simulated instant in which the active set changed
   (a low-priority event runs after every other event of that instant) and cached by the
   active pattern, so a steady-state iteration re-uses a handful of allocations.
+
+Every event a runtime schedules carries a `tag` saying what it will do, and no callback
+holds an absolute time: the periodic prover (simulator/engine/periodic.py) compares two
+states of a run by these tags, and moves a state forward in time (`shift`) when it skips
+repeated periods.
 """
 
 from __future__ import annotations
@@ -26,18 +31,26 @@ from workloads.ops import CollectiveKind
 
 LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an instant
 
+Tag = tuple[object, ...] | None
+"""What a scheduled event does, for state comparison: ('begin', act), ('phase', act,
+bundle, index), ('stage', act, bundle, index), ('reprice',), ('check', version),
+('done', act); None for observers that change nothing."""
+
 
 class _Call(simpy.Event):
     """A triggered, successful event (what Event.succeed() would set) that runs `fn`.
 
     Cheaper than Event + succeed + a closure: this is the engine's most frequent object."""
 
-    def __init__(self, env: simpy.Environment, fn: Callable[[], None]) -> None:
+    __slots__ = ("fn", "tag")
+
+    def __init__(self, env: simpy.Environment, fn: Callable[[], None], tag: Tag = None) -> None:
         self.env = env
         self.callbacks = [_fire]
         self._ok = True
         self._value = None
         self.fn = fn
+        self.tag = tag
 
 
 def _fire(ev: simpy.Event) -> None:
@@ -45,15 +58,40 @@ def _fire(ev: simpy.Event) -> None:
 
 
 def call_at(
-    env: simpy.Environment, delay_ps: int, fn: Callable[[], None], priority: int = 1
+    env: simpy.Environment,
+    delay_ps: int,
+    fn: Callable[[], None],
+    priority: int = 1,
+    tag: Tag = None,
 ) -> None:
     """Run `fn` after `delay_ps` simulated picoseconds, via simpy's public `schedule`."""
-    env.schedule(_Call(env, fn), priority, delay_ps)  # type: ignore[arg-type]
+    env.schedule(_Call(env, fn, tag), priority, delay_ps)  # type: ignore[arg-type]
+
+
+def queued_events(env: simpy.Environment) -> list[tuple[int, int, Tag]]:
+    """(time, priority, tag) of every scheduled event in the order simpy will run them."""
+    queue: list[tuple[int, int, int, object]] = env._queue  # type: ignore[assignment] # simpy 4's heap (private)
+    return [(t, p, getattr(ev, "tag", None)) for t, p, _, ev in sorted(queue, key=_order)]
+
+
+def _order(entry: tuple[int, int, int, object]) -> tuple[int, int, int]:
+    return entry[0], entry[1], entry[2]
+
+
+def shift_clock(env: simpy.Environment, delta_ps: int) -> None:
+    """Move the simulated clock and every scheduled event `delta_ps` later (a uniform
+    shift keeps simpy's heap order)."""
+    env._queue[:] = [(t + delta_ps, p, e, ev) for t, p, e, ev in env._queue]
+    env._now = env._now + delta_ps
 
 
 @dataclass(eq=False)
 class Activation:
-    """One collective (or send/recv) on a set of concurrent group instances."""
+    """One collective (or send/recv) on a set of concurrent group instances.
+
+    `start_ps` is when its participants have all arrived (the `sync` start of their
+    records); `owner` is what the engine needs back on completion (for state comparison
+    it exposes `parts`)."""
 
     kind: CollectiveKind
     nbytes: float
@@ -65,6 +103,7 @@ class Activation:
     start_ps: int = 0
     bundles: tuple[Bundle, ...] = ()
     open_bundles: int = 0
+    owner: object = None
 
 
 @dataclass
@@ -92,7 +131,7 @@ class NetworkStats:
         return {k: v[1] for k, v in self.phase_bytes.items()}
 
     def repeat_since(self, snap: dict[int, float], times: int) -> None:
-        """Add `times` more copies of the bytes moved since `snap` (skipped segments)."""
+        """Add `times` more copies of the bytes moved since `snap` (skipped periods)."""
         for k, (phase, total) in list(self.phase_bytes.items()):
             delta = total - snap.get(k, 0.0)
             if delta:
@@ -122,13 +161,21 @@ class AlphaBetaNetwork:
         end = start_ps + to_ps(seconds)
         self.stats.activations += 1
         self.stats.simpy_events += 1
-        call_at(self.env, end - int(self.env.now), lambda: act.on_done(end))
+        env = self.env
+        call_at(env, end - int(env.now), lambda: act.on_done(int(env.now)), tag=("done", act))
+
+    def state(self, now: int) -> tuple[object, ...]:
+        """Nothing beyond the scheduled events (their tags hold the activations)."""
+        return ()
+
+    def shift(self, delta_ps: int) -> None:
+        """Move the runtime's own clock values `delta_ps` later (none here)."""
 
 
 @dataclass(eq=False)
 class _Coflow:
     act: Activation
-    bundle: Bundle
+    bundle: int  # index into act.bundles
     plan: PhasePlan
     index: int  # phase index in the bundle
     phase: BoundPhase
@@ -157,11 +204,13 @@ class ContentionNetwork:
     def submit(self, act: Activation, start_ps: int) -> None:
         act.start_ps = start_ps
         self.stats.activations += 1
-        self._after(start_ps - int(self.env.now), lambda: self._begin(act))
+        self._after(start_ps - int(self.env.now), lambda: self._begin(act), tag=("begin", act))
 
-    def _after(self, delay_ps: int, fn: Callable[[], None], priority: int = 1) -> None:
+    def _after(
+        self, delay_ps: int, fn: Callable[[], None], priority: int = 1, tag: Tag = None
+    ) -> None:
         self.stats.simpy_events += 1
-        self.env.schedule(_Call(self.env, fn), priority, delay_ps)  # type: ignore[arg-type]
+        self.env.schedule(_Call(self.env, fn, tag), priority, delay_ps)  # type: ignore[arg-type]
 
     def _begin(self, act: Activation) -> None:
         act.bundles = self.pricer.bundles(
@@ -171,16 +220,21 @@ class ContentionNetwork:
         if not act.bundles:
             act.on_done(int(self.env.now))
             return
-        for b in act.bundles:
+        for bi, b in enumerate(act.bundles):
             plan = self.pricer.plan(b, act.kind, act.nbytes, shared=True)
-            self._start_phase(act, b, plan, 0, plan.overhead_s)
+            self._start_phase(act, bi, plan, 0, plan.overhead_s)
 
     def _start_phase(
-        self, act: Activation, bundle: Bundle, plan: PhasePlan, index: int, extra_s: float = 0.0
+        self, act: Activation, bi: int, plan: PhasePlan, index: int, extra_s: float = 0.0
     ) -> None:
+        bundle = act.bundles[bi]
         if index >= len(bundle.phases):
             if extra_s > 0:  # a bundle without phases (size-1 group) still pays the overhead
-                self._after(to_ps(extra_s), lambda: self._start_phase(act, bundle, plan, index))
+                self._after(
+                    to_ps(extra_s),
+                    lambda: self._start_phase(act, bi, plan, index),
+                    tag=("stage", act, bi, index),
+                )
                 return
             act.open_bundles -= 1
             if act.open_bundles == 0:
@@ -192,14 +246,14 @@ class ContentionNetwork:
 
         def go() -> None:
             if per_flow <= 0 or phase.links.size == 0:
-                self._start_phase(act, bundle, plan, index + 1)
+                self._start_phase(act, bi, plan, index + 1)
                 return
             self._advance_progress()
-            self.active.append(_Coflow(act, bundle, plan, index, phase, per_flow, per_flow))
+            self.active.append(_Coflow(act, bi, plan, index, phase, per_flow, per_flow))
             self._mark_dirty()
 
         if delay > 0:
-            self._after(delay, go)
+            self._after(delay, go, tag=("phase", act, bi, index))
         else:
             go()
 
@@ -208,7 +262,7 @@ class ContentionNetwork:
         self.version += 1
         if not self.reprice_pending:
             self.reprice_pending = True
-            self._after(0, self._reprice, LATE)
+            self._after(0, self._reprice, LATE, tag=("reprice",))
 
     def _advance_progress(self) -> None:
         now = int(self.env.now)
@@ -242,7 +296,7 @@ class ContentionNetwork:
             return
         dt_ps = max(0, math.ceil(next_dt * PS_PER_S - 1e-6))
         version = self.version
-        self._after(dt_ps, lambda: self._check(version))
+        self._after(dt_ps, lambda: self._check(version), tag=("check", version))
 
     def _solve(self) -> np.ndarray:
         cf = np.concatenate(
@@ -273,6 +327,24 @@ class ContentionNetwork:
         for c in done:
             self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes)
             self._start_phase(c.act, c.bundle, c.plan, c.index + 1)
+
+    # ------------------------------------------------------- state comparison
+    def state(self, now: int) -> tuple[object, ...]:
+        """The runtime's own state relative to `now` (activations as themselves; the
+        prover maps them to what they stand for)."""
+        return (
+            self.last_ps - now,
+            self.reprice_pending,
+            tuple((c.act, c.bundle, c.index, c.remaining, c.initial, c.rate) for c in self.active),
+        )
+
+    def live_check(self, version: int) -> bool:
+        """Whether a scheduled ('check', version) event will do anything."""
+        return version == self.version
+
+    def shift(self, delta_ps: int) -> None:
+        """Move the runtime's own clock values `delta_ps` later."""
+        self.last_ps += delta_ps
 
 
 def build_network(
