@@ -33,8 +33,8 @@ LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an i
 
 Tag = tuple[object, ...] | None
 """What a scheduled event does, for state comparison: ('begin', act), ('phase', act,
-bundle, index), ('stage', act, bundle, index), ('reprice',), ('check', version),
-('done', act); None for observers that change nothing."""
+bundle, index), ('stage', act, bundle, index), ('reprice',), ('check', component,
+version), ('done', act); None for observers that change nothing."""
 
 
 class _Call(simpy.Event):
@@ -168,6 +168,12 @@ class AlphaBetaNetwork:
         """Nothing beyond the scheduled events (their tags hold the activations)."""
         return ()
 
+    def live_check(self, comp: object, version: object) -> bool:
+        return False  # schedules no checks
+
+    def check_position(self, comp: object) -> int:
+        return -1
+
     def shift(self, delta_ps: int) -> None:
         """Move the runtime's own clock values `delta_ps` later (none here)."""
 
@@ -181,11 +187,32 @@ class _Coflow:
     phase: BoundPhase
     remaining: float  # bytes per flow still to move
     initial: float
+    seq: int  # order of arrival (ties between coflows of one pattern)
     rate: float = 0.0
 
 
+@dataclass(eq=False)
+class _Component:
+    """Active coflows connected by shared links: their rates depend on each other only.
+
+    Why: a pipeline or a full-mode run keeps hundreds of transfers in flight on disjoint
+    parts of the machine; sharing is computed per component, so one transfer starting or
+    ending re-solves only the transfers it shares links with, and each component's
+    allocation is cached by its own pattern (which recurs) instead of by the whole
+    machine's (which hardly does)."""
+
+    cid: int
+    members: list[_Coflow]
+    links: np.ndarray  # sorted unique link ids of the members
+    last_ps: int  # progress of the members accounted up to here
+    version: int = 0
+    solved: bool = False
+
+
 class ContentionNetwork:
-    """Max-min fair sharing among all concurrently active bundle phases."""
+    """Max-min fair sharing among all concurrently active bundle phases, solved per
+    connected component of the links they use (the max-min allocation of independent
+    components is their separate allocations)."""
 
     name = "contention"
 
@@ -194,11 +221,18 @@ class ContentionNetwork:
         self.pricer = pricer
         self.stats = stats
         self.capacity = pricer.bandwidth_Bps
-        self.active: list[_Coflow] = []
-        self.last_ps = 0
-        self.version = 0
+        self.owner = np.full(self.capacity.shape[0], -1, dtype=np.int64)  # link -> component
+        self.comps: dict[int, _Component] = {}
+        self.dirty: dict[int, _Component] = {}
+        self.next_cid = 0
+        self.seq = 0
         self.reprice_pending = False
         self._rate_cache: dict[tuple[int, ...], np.ndarray] = {}
+
+    @property
+    def active(self) -> list[_Coflow]:
+        """Every active coflow (component by component)."""
+        return [c for comp in self.comps.values() for c in comp.members]
 
     # ------------------------------------------------------------ activation
     def submit(self, act: Activation, start_ps: int) -> None:
@@ -248,63 +282,125 @@ class ContentionNetwork:
             if per_flow <= 0 or phase.links.size == 0:
                 self._start_phase(act, bi, plan, index + 1)
                 return
-            self._advance_progress()
-            self.active.append(_Coflow(act, bi, plan, index, phase, per_flow, per_flow))
-            self._mark_dirty()
+            self.seq += 1
+            self._join(_Coflow(act, bi, plan, index, phase, per_flow, per_flow, self.seq))
 
         if delay > 0:
             self._after(delay, go, tag=("phase", act, bi, index))
         else:
             go()
 
+    # ------------------------------------------------------------ components
+    def _progress(self, comp: _Component) -> None:
+        """Account the members' transfer since the component's last update."""
+        now = int(self.env.now)
+        dt = now - comp.last_ps
+        if dt > 0:
+            secs = dt / PS_PER_S
+            for c in comp.members:
+                c.remaining -= c.rate * secs
+        comp.last_ps = now
+
+    def _new_component(self, members: list[_Coflow], links: np.ndarray) -> _Component:
+        comp = _Component(self.next_cid, members, links, int(self.env.now))
+        self.next_cid += 1
+        self.comps[comp.cid] = comp
+        self.owner[links] = comp.cid
+        self._mark_dirty(comp)
+        return comp
+
+    def _drop(self, comp: _Component) -> None:
+        del self.comps[comp.cid]
+        self.dirty.pop(comp.cid, None)
+
+    def _join(self, c: _Coflow) -> None:
+        """A coflow starts: it joins (and merges) the components whose links it uses."""
+        touched = self.owner[c.phase.links]
+        ids = np.unique(touched[touched >= 0]).tolist()
+        if not ids:
+            self._new_component([c], c.phase.links)
+            return
+        comps = [self.comps[i] for i in ids]
+        members: list[_Coflow] = []
+        for comp in comps:
+            self._progress(comp)
+            members += comp.members
+            self._drop(comp)
+        members.append(c)
+        links = np.unique(np.concatenate([c.phase.links, *(comp.links for comp in comps)]))
+        self._new_component(members, links)
+
+    def _split(self, comp: _Component, keep: list[_Coflow]) -> None:
+        """Replace `comp` by the connected components of the coflows it keeps."""
+        self._drop(comp)
+        self.owner[comp.links] = -1
+        if not keep:
+            return
+        if len(keep) == 1:
+            self._new_component(keep, keep[0].phase.links)
+            return
+        sizes = [c.phase.links.size for c in keep]
+        member = np.repeat(np.arange(len(keep)), sizes)
+        links, li = np.unique(np.concatenate([c.phase.links for c in keep]), return_inverse=True)
+        label = np.arange(len(keep))
+        while True:  # label propagation: each coflow takes the least label it reaches
+            on_link = np.full(links.size, len(keep))
+            np.minimum.at(on_link, li, label[member])
+            new = label.copy()
+            np.minimum.at(new, member, on_link[li])
+            if (new == label).all():
+                break
+            label = new
+        for lab in np.unique(label).tolist():
+            idx = np.flatnonzero(label == lab)
+            part = [keep[i] for i in idx.tolist()]
+            part_links = links[np.unique(li[np.isin(member, idx)])]
+            self._new_component(part, part_links)
+
     # --------------------------------------------------------------- sharing
-    def _mark_dirty(self) -> None:
-        self.version += 1
+    def _mark_dirty(self, comp: _Component) -> None:
+        comp.version += 1
+        comp.solved = False
+        self.dirty[comp.cid] = comp
         if not self.reprice_pending:
             self.reprice_pending = True
             self._after(0, self._reprice, LATE, tag=("reprice",))
 
-    def _advance_progress(self) -> None:
-        now = int(self.env.now)
-        dt = now - self.last_ps
-        if dt > 0:
-            secs = dt / PS_PER_S
-            for c in self.active:
-                c.remaining -= c.rate * secs
-        self.last_ps = now
-
     def _reprice(self) -> None:
         self.reprice_pending = False
-        self._advance_progress()
-        if not self.active:
-            return
-        self.active.sort(key=lambda c: id(c.phase))
-        key = tuple(id(c.phase) for c in self.active)
+        dirty, self.dirty = self.dirty, {}
+        for comp in dirty.values():
+            self._solve_component(comp)
+
+    def _solve_component(self, comp: _Component) -> None:
+        self._progress(comp)
+        comp.members.sort(key=_pattern_order)
+        key = tuple(id(c.phase) for c in comp.members)
         rates = self._rate_cache.get(key)
         if rates is None:
-            rates = self._solve()
+            rates = self._solve(comp.members)
             self._rate_cache[key] = rates
         else:
             self.stats.rate_cache_hits += 1
         self.stats.reprices += 1
+        comp.solved = True
         next_dt: float = math.inf
-        for c, r in zip(self.active, rates.tolist(), strict=True):
+        for c, r in zip(comp.members, rates.tolist(), strict=True):
             c.rate = r
             if r > 0:
                 next_dt = min(next_dt, c.remaining / r)
         if next_dt is math.inf:
             return
         dt_ps = max(0, math.ceil(next_dt * PS_PER_S - 1e-6))
-        version = self.version
-        self._after(dt_ps, lambda: self._check(version), tag=("check", version))
+        version = comp.version
+        self._after(dt_ps, lambda: self._check(comp, version), tag=("check", comp, version))
 
-    def _solve(self) -> np.ndarray:
-        cf = np.concatenate(
-            [np.full(c.phase.links.size, i, dtype=np.int64) for i, c in enumerate(self.active)]
-        )
-        links = np.concatenate([c.phase.links for c in self.active])
-        counts = np.concatenate([c.phase.counts for c in self.active])
-        return max_min_rates(cf, links, counts, self.capacity, len(self.active))
+    def _solve(self, members: list[_Coflow]) -> np.ndarray:
+        sizes = [c.phase.links.size for c in members]
+        cf = np.repeat(np.arange(len(members), dtype=np.int64), sizes)
+        links = np.concatenate([c.phase.links for c in members])
+        counts = np.concatenate([c.phase.counts for c in members])
+        return max_min_rates(cf, links, counts, self.capacity, len(members))
 
     @staticmethod
     def _finished(c: _Coflow) -> bool:
@@ -313,38 +409,57 @@ class ContentionNetwork:
             return True
         return c.rate > 0 and c.remaining / c.rate * PS_PER_S < 0.5
 
-    def _check(self, version: int) -> None:
-        if version != self.version:
+    def _check(self, comp: _Component, version: int) -> None:
+        if not self.live_check(comp, version):
             return
-        self._advance_progress()
-        finished = [self._finished(c) for c in self.active]
-        done = [c for c, f in zip(self.active, finished, strict=True) if f]
+        self._progress(comp)
+        done = [c for c in comp.members if self._finished(c)]
         if not done:
-            self._mark_dirty()
+            self._mark_dirty(comp)
             return
-        self.active = [c for c, f in zip(self.active, finished, strict=True) if not f]
-        self._mark_dirty()
+        self._split(comp, [c for c in comp.members if not self._finished(c)])
         for c in done:
             self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes)
             self._start_phase(c.act, c.bundle, c.plan, c.index + 1)
 
     # ------------------------------------------------------- state comparison
     def state(self, now: int) -> tuple[object, ...]:
-        """The runtime's own state relative to `now` (activations as themselves; the
-        prover maps them to what they stand for)."""
+        """The runtime's own state relative to `now`: components in creation order with
+        their members (activations as themselves; the prover maps them)."""
         return (
-            self.last_ps - now,
             self.reprice_pending,
-            tuple((c.act, c.bundle, c.index, c.remaining, c.initial, c.rate) for c in self.active),
+            tuple(
+                (
+                    comp.last_ps - now,
+                    comp.solved,
+                    comp.cid in self.dirty,
+                    tuple(
+                        (c.act, c.bundle, c.index, c.remaining, c.initial, c.rate)
+                        for c in comp.members
+                    ),
+                )
+                for comp in self.comps.values()
+            ),
         )
 
-    def live_check(self, version: int) -> bool:
-        """Whether a scheduled ('check', version) event will do anything."""
-        return version == self.version
+    def live_check(self, comp: object, version: object) -> bool:
+        """Whether a scheduled ('check', component, version) event will do anything."""
+        assert isinstance(comp, _Component)
+        return self.comps.get(comp.cid) is comp and comp.version == version
+
+    def check_position(self, comp: object) -> int:
+        """Where a component stands among the live ones (for state comparison)."""
+        assert isinstance(comp, _Component)
+        return list(self.comps).index(comp.cid)
 
     def shift(self, delta_ps: int) -> None:
         """Move the runtime's own clock values `delta_ps` later."""
-        self.last_ps += delta_ps
+        for comp in self.comps.values():
+            comp.last_ps += delta_ps
+
+
+def _pattern_order(c: _Coflow) -> tuple[int, int]:
+    return id(c.phase), c.seq
 
 
 def build_network(

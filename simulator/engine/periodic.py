@@ -165,9 +165,9 @@ def take_cut(engine: Engine, now: int) -> Cut:
         if tag is None:
             continue
         if tag[0] == "check":
-            if not net.live_check(tag[1]):  # type: ignore[union-attr,arg-type]
+            if not net.live_check(tag[1], tag[2]):
                 continue
-            events.append((t - now, prio, "check"))
+            events.append((t - now, prio, ("check", net.check_position(tag[1]))))
             continue
         events.append(
             (t - now, prio, tuple(act(x) if isinstance(x, Activation) else x for x in tag))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from workloads.builder import microbatch_copies
 from workloads.graph import Program
 from workloads.hybrid.program import StageEmitter
-from workloads.hybrid.schedule import schedule
+from workloads.hybrid.schedule import Pass, schedule, steady_units
 from workloads.hybrid.setup import HybridSetup
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
@@ -106,24 +106,73 @@ def build_stage_program(spec: TransformerSpec, setup: HybridSetup, stage: int) -
     emitted = setup.microbatches if setup.pp > 1 else len(copies)
     e.last_index = emitted - 1
     passes = schedule(setup.pp, emitted, setup.virtual_stages, stage)
-    key = "microbatch" if setup.pp == 1 else "1f1b"
-    i = 0
-    pair = 0
-    while i < len(passes):
-        ps = passes[i]
-        paired = ps.steady and i + 1 < len(passes) and passes[i + 1].steady
-        if paired:
-            e.b.begin_segment(key, copies[pair] if setup.pp == 1 and pair < len(copies) else 1)
-            pair += 1
-            e.forward_pass(ps)
-            e.backward_pass(passes[i + 1])
-            e.b.end_segment()
-            i += 2
-            continue
+    if setup.pp == 1:
+        _emit_microbatches(e, passes, copies)
+    else:
+        _emit_pipeline(e, passes, setup)
+    finish_iteration(e)
+    return e.b.build()
+
+
+def _emit_passes(e: StageEmitter, passes: list[Pass]) -> None:
+    for ps in passes:
         if ps.kind == "F":
             e.forward_pass(ps)
         else:
             e.backward_pass(ps)
-        i += 1
-    finish_iteration(e)
-    return e.b.build()
+
+
+def _emit_microbatches(e: StageEmitter, passes: list[Pass], copies: list[int]) -> None:
+    """No pipeline: each forward+backward pair is one microbatch segment."""
+    for pair, i in enumerate(range(0, len(passes), 2)):
+        e.b.begin_segment("microbatch", copies[pair] if pair < len(copies) else 1)
+        _emit_passes(e, passes[i : i + 2])
+        e.b.end_segment()
+
+
+def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> None:
+    """Warm-up, the steady units (segments), cool-down. Compressed: once a steady unit
+    repeats the one before it, one unit stands for the following ones up to the first
+    that runs the last microbatch (whose backward reduces the gradients), so a stage's
+    program holds its distinct work only (see Segment.repeat)."""
+    units = steady_units(passes, setup.pp, setup.virtual_stages)
+    if not units:
+        _emit_passes(e, passes)
+        return
+    _emit_passes(e, passes[: units[0][0]])
+    width = units[0][1] - units[0][0]
+    regular = [
+        b - a == width and all(ps.mb != e.last_index for ps in passes[a:b]) for a, b in units
+    ]
+    prev: tuple[int, int] | None = None  # (first op, length) of the previous regular unit
+    k = 0
+    while k < len(units):
+        a, b = units[k]
+        start = len(e.b.ops)
+        e.b.begin_segment("1f1b")
+        _emit_passes(e, passes[a:b])
+        e.b.end_segment()
+        here = (start, len(e.b.ops) - start)
+        k += 1
+        if not regular[k - 1]:
+            prev = None
+            continue
+        if (
+            setup.compress_microbatches
+            and prev is not None
+            and prev[1] == here[1]
+            and e.b.repeats(prev[0], here[0], here[1])
+        ):
+            stop = k
+            while stop < len(units) and regular[stop]:
+                stop += 1
+            if stop > k:
+                a, b = units[k]
+                e.b.begin_segment("1f1b", stop - k)
+                _emit_passes(e, passes[a:b])
+                e.b.end_segment()
+                k = stop
+            prev = None
+            continue
+        prev = here
+    _emit_passes(e, passes[units[-1][1] :])
