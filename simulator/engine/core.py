@@ -276,11 +276,17 @@ class Engine:
         self.setup_time_s = time.perf_counter() - t0
 
     def _comm_estimator(self, rank: int):
-        """Isolated duration estimates of `rank`'s communication ops (for overlap)."""
+        """Isolated duration estimates of `rank`'s communication ops (for overlap), cached
+        by what they depend on (not the ordinal)."""
         pricer = self.cost.pricer
         view = self.view
+        cache: dict[tuple[object, ...], float] = {}
 
         def estimate(info) -> float:
+            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer)
+            got = cache.get(ck)
+            if got is not None:
+                return got
             # every instance of the group kind at once (as in a lockstep iteration), the same
             # in both engine modes so both stretch the same ops
             gv = view.groups[info.group]
@@ -293,9 +299,11 @@ class Engine:
                 rows = self._group_gpus(info.group)
                 key = (info.group, "all")
             bundles = pricer.bundles(info.kind, rows, info.nbytes, info.root, info.algorithm, key)
-            return max(
+            got = max(
                 (pricer.estimate_time_s(b, info.nbytes, info.kind) for b in bundles), default=0.0
             )
+            cache[ck] = got
+            return got
 
         return estimate
 

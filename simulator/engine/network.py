@@ -147,18 +147,25 @@ class AlphaBetaNetwork:
         self.env = env
         self.pricer = pricer
         self.stats = stats
+        self._priced: dict[tuple[object, ...], tuple[tuple[Bundle, ...], int]] = {}
 
     def submit(self, act: Activation, start_ps: int) -> None:
         act.start_ps = start_ps
-        bundles = self.pricer.bundles(
-            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
-        )
-        seconds = 0.0
+        ck = (act.key, act.kind, act.nbytes, act.root, act.algorithm)
+        got = self._priced.get(ck)
+        if got is None:
+            bundles = self.pricer.bundles(
+                act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
+            )
+            seconds = 0.0
+            for b in bundles:
+                seconds = max(seconds, self.pricer.alpha_beta_time_s(b, act.nbytes, act.kind))
+            got = self._priced[ck] = (bundles, to_ps(seconds))
+        bundles, duration = got
         for b in bundles:
-            seconds = max(seconds, self.pricer.alpha_beta_time_s(b, act.nbytes, act.kind))
             for ph in b.phases:
                 self.stats.add_bytes(ph, ph.bytes_factor * act.nbytes)
-        end = start_ps + to_ps(seconds)
+        end = start_ps + duration
         self.stats.activations += 1
         self.stats.simpy_events += 1
         env = self.env
@@ -228,6 +235,10 @@ class ContentionNetwork:
         self.seq = 0
         self.reprice_pending = False
         self._rate_cache: dict[tuple[int, ...], np.ndarray] = {}
+        # bundles and plans of an activation pattern: the pricer's, looked up once
+        self._priced: dict[
+            tuple[object, ...], tuple[tuple[Bundle, ...], tuple[PhasePlan, ...]]
+        ] = {}
 
     @property
     def active(self) -> list[_Coflow]:
@@ -247,15 +258,20 @@ class ContentionNetwork:
         self.env.schedule(_Call(self.env, fn, tag), priority, delay_ps)  # type: ignore[arg-type]
 
     def _begin(self, act: Activation) -> None:
-        act.bundles = self.pricer.bundles(
-            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
-        )
+        ck = (act.key, act.kind, act.nbytes, act.root, act.algorithm)
+        got = self._priced.get(ck)
+        if got is None:
+            bundles = self.pricer.bundles(
+                act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
+            )
+            plans = tuple(self.pricer.plan(b, act.kind, act.nbytes, shared=True) for b in bundles)
+            got = self._priced[ck] = (bundles, plans)
+        act.bundles, plans = got
         act.open_bundles = len(act.bundles)
         if not act.bundles:
             act.on_done(int(self.env.now))
             return
-        for bi, b in enumerate(act.bundles):
-            plan = self.pricer.plan(b, act.kind, act.nbytes, shared=True)
+        for bi, plan in enumerate(plans):
             self._start_phase(act, bi, plan, 0, plan.overhead_s)
 
     def _start_phase(
@@ -316,10 +332,10 @@ class ContentionNetwork:
     def _join(self, c: _Coflow) -> None:
         """A coflow starts: it joins (and merges) the components whose links it uses."""
         touched = self.owner[c.phase.links]
-        ids = np.unique(touched[touched >= 0]).tolist()
-        if not ids:
+        if touched.max() < 0:  # on free links: a component of its own
             self._new_component([c], c.phase.links)
             return
+        ids = np.unique(touched[touched >= 0]).tolist()
         comps = [self.comps[i] for i in ids]
         members: list[_Coflow] = []
         for comp in comps:

@@ -21,6 +21,7 @@ cannot be unrolled into the program it stands for.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from simulator.engine.compiled import CompiledProgram
 from simulator.errors import EngineError
@@ -51,22 +52,17 @@ class Region:
         return self.stop - self.length
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_GETTERS: dict[type, attrgetter[tuple[object, ...]]] = {}
 
 
-def _plain_fields(t: type) -> tuple[str, ...]:
-    """Field names of an op type other than its dependencies (cached per type)."""
-    got = _FIELDS.get(t)
-    if got is None:
-        got = tuple(f.name for f in fields(t) if f.name not in ("deps", "target"))
-        _FIELDS[t] = got
-    return got
-
-
-def _same_plain(a: Op, b: Op) -> bool:
-    if type(a) is not type(b):
-        return False
-    return all(getattr(a, f) == getattr(b, f) for f in _plain_fields(type(a)))
+def _plain(op: Op) -> tuple[object, ...]:
+    """An op's fields other than its dependencies (the getter is built once per type)."""
+    t = type(op)
+    get = _GETTERS.get(t)
+    if get is None:
+        names = [f.name for f in fields(t) if f.name not in ("deps", "target")]
+        get = _GETTERS[t] = attrgetter(*names, "__class__")
+    return get(op)
 
 
 def _issue_cost(cp: CompiledProgram, i: int) -> int:
@@ -142,36 +138,35 @@ def _rules(
     return tuple(out)
 
 
-def _identical(program: Program, cp: CompiledProgram, a: Segment, b: Segment) -> bool:
-    n = a.stop - a.start
-    if b.stop - b.start != n:
-        return False
-    ops = program.ops
-    for x in range(n):
-        i, j = a.start + x, b.start + x
-        if not _same_plain(ops[i], ops[j]) or not _same_compiled(cp, i, j):
-            return False
-    return True
+def _signature(program: Program, seg: Segment) -> list[tuple[object, ...]]:
+    return [_plain(op) for op in program.ops[seg.start : seg.stop]]
 
 
 def _runs(program: Program, cp: CompiledProgram) -> list[list[Segment]]:
     """Maximal runs of adjacent identical segments with one key."""
     segs = sorted(program.segments, key=lambda s: s.start)
     runs: list[list[Segment]] = []
+    first_sig: list[tuple[object, ...]] = []
     for seg in segs:
         if seg.stop <= seg.start:
             continue
         if runs:
             run = runs[-1]
-            prev = run[-1]
+            head, prev = run[0], run[-1]
             if (
                 seg.key == prev.key
                 and seg.start == prev.stop
-                and _identical(program, cp, run[0], seg)
+                and seg.stop - seg.start == head.stop - head.start
+                and all(
+                    _same_compiled(cp, head.start + x, seg.start + x)
+                    for x in range(seg.stop - seg.start)
+                )
+                and _signature(program, seg) == first_sig
             ):
                 run.append(seg)
                 continue
         runs.append([seg])
+        first_sig = _signature(program, seg)
     return runs
 
 

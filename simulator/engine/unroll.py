@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from simulator.engine.compiled import COLL, CommInfo, CompiledProgram
-from simulator.engine.regions import CONST, INSIDE, PREV, Region
+from simulator.engine.regions import INSIDE, PREV, Region
 
 if TYPE_CHECKING:
     from simulator.engine.core import _Rank
@@ -31,6 +31,20 @@ OrdinalKey = tuple[str, int, int]
 def ordinal_key(info: CommInfo, kind: int) -> OrdinalKey:
     """The counter an op's ordinal comes from."""
     return (info.group, COLL, -1) if kind == COLL else (info.group, kind, info.peer)
+
+
+@dataclass(frozen=True, eq=False)
+class _Body:
+    """A region's compiled body, as lists to extend the unrolled program with."""
+
+    kind: list[int]
+    stream: list[int]
+    dur: list[int]
+    issue: list[int]  # host issue time from the copy's start, cumulative
+    comm: list[CommInfo | None]
+    comm_at: list[int]
+    keys: dict[int, OrdinalKey]
+    stream_offsets: dict[int, list[int]]
 
 
 @dataclass(eq=False)
@@ -95,6 +109,7 @@ class Unrolled:
         self.src = []
         self.text_index = []
         self.complete = False
+        self._bodies: dict[int, _Body] = {}
         self._tmap = [-1] * cp.num_ops
         self._cpu = 0
         self._ordinals: dict[OrdinalKey, int] = {}
@@ -192,20 +207,70 @@ class Unrolled:
         base = len(self.kind)
         prev = run.copy_starts[-1] if k else -1
         run.copy_starts.append(base)
+        body = self._body(run)
         tmap = self._tmap
-        for x, rules in enumerate(reg.rules):
-            deps = []
-            for kind, value, offset in rules:
-                if kind == INSIDE:
-                    deps.append(base + value)
-                elif kind == PREV:
-                    deps.append(tmap[value] if prev < 0 else prev + offset)
-                else:
-                    assert kind == CONST
-                    deps.append(tmap[value])
-            self._emit(reg.start + x, tuple(deps), reg.start + k * reg.length + x)
+        deps = [
+            tuple(
+                base + value
+                if kind == INSIDE
+                else ((tmap[value] if prev < 0 else prev + offset) if kind == PREV else tmap[value])
+                for kind, value, offset in rules
+            )
+            for rules in reg.rules
+        ]
+        self.deps.extend(deps)
+        self.kind.extend(body.kind)
+        self.stream.extend(body.stream)
+        self.dur.extend(body.dur)
+        cpu = self._cpu
+        self.issue.extend([cpu + c for c in body.issue])
+        self._cpu = cpu + body.issue[-1]
+        comm: list[CommInfo | None] = list(body.comm)
+        ordinals = self._ordinals
+        for x in body.comm_at:
+            info = comm[x]
+            assert info is not None
+            key = body.keys[x]
+            o = ordinals.get(key, 0)
+            ordinals[key] = o + 1
+            comm[x] = CommInfo(
+                info.group, o, info.kind, info.nbytes, info.root, info.algorithm, info.peer
+            )
+        self.comm.extend(comm)
+        for s, offsets in body.stream_offsets.items():
+            self.stream_ops[s].extend([base + x for x in offsets])
+        assert self.src is not None and self.text_index is not None
+        self.src.extend(range(reg.start, reg.start + reg.length))
+        first = reg.start + k * reg.length
+        self.text_index.extend(range(first, first + reg.length))
         self._after_growth(base)
-        return set(self.cp.stream[reg.start : reg.start + reg.length])
+        return set(body.stream_offsets)
+
+    def _body(self, run: RegionRun) -> _Body:
+        """The compiled body of a region, sliced once for bulk unrolling."""
+        got = self._bodies.get(run.index)
+        if got is not None:
+            return got
+        cp, reg = self.cp, run.region
+        lo, hi = reg.start, reg.start + reg.length
+        before = cp.issue_ps[lo - 1] if lo > 0 else 0
+        streams: dict[int, list[int]] = {}
+        for x, s in enumerate(cp.stream[lo:hi]):
+            streams.setdefault(s, []).append(x)
+        comm = cp.comm[lo:hi]
+        kinds = cp.kind[lo:hi]
+        got = _Body(
+            kind=kinds,
+            stream=cp.stream[lo:hi],
+            dur=cp.dur_ps[lo:hi],
+            issue=[c - before for c in cp.issue_ps[lo:hi]],
+            comm=comm,
+            comm_at=[x for x, c in enumerate(comm) if c is not None],
+            keys={x: ordinal_key(c, kinds[x]) for x, c in enumerate(comm) if c is not None},
+            stream_offsets=streams,
+        )
+        self._bodies[run.index] = got
+        return got
 
     def _finish_region(self, run: RegionRun) -> None:
         """Later ops that name the region's last text copy depend on the last unrolled
