@@ -130,49 +130,62 @@ def _emit_microbatches(e: StageEmitter, passes: list[Pass], copies: list[int]) -
         e.b.end_segment()
 
 
-def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> None:
-    """Warm-up, the steady units (segments), cool-down. Compressed: once a steady unit
-    repeats the one before it, one unit stands for the following ones up to the first
-    that runs the last microbatch (whose backward reduces the gradients), so a stage's
-    program holds its distinct work only (see Segment.repeat)."""
+def _pipeline_items(
+    passes: list[Pass], setup: HybridSetup, last_index: int
+) -> list[tuple[tuple[int, int], str, bool]]:
+    """(pass range, segment key, regular) of each warm-up pass, steady unit and cool-down
+    pass. Regular items are like their neighbours of the same key: everything but a
+    backward of the last microbatch (whose gradients are reduced) or a short last unit."""
     units = steady_units(passes, setup.pp, setup.virtual_stages)
-    if not units:
-        _emit_passes(e, passes)
-        return
-    _emit_passes(e, passes[: units[0][0]])
-    width = units[0][1] - units[0][0]
-    regular = [
-        b - a == width and all(ps.mb != e.last_index for ps in passes[a:b]) for a, b in units
-    ]
-    prev: tuple[int, int] | None = None  # (first op, length) of the previous regular unit
+
+    def regular(a: int, b: int) -> bool:
+        return all(ps.kind == "F" or ps.mb != last_index for ps in passes[a:b])
+
+    def single(i: int) -> tuple[tuple[int, int], str, bool]:
+        ps = passes[i]
+        return ((i, i + 1), f"{ps.kind}{ps.chunk}", regular(i, i + 1))
+
+    first = units[0][0] if units else len(passes)
+    items = [single(i) for i in range(first)]
+    width = units[0][1] - units[0][0] if units else 0
+    items += [((a, b), "1f1b", b - a == width and regular(a, b)) for a, b in units]
+    items += [single(i) for i in range(units[-1][1] if units else len(passes), len(passes))]
+    return items
+
+
+def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> None:
+    """Warm-up passes, steady units, cool-down passes, each a segment. Compressed: once an
+    item repeats the one before it, one item stands for the following regular ones of its
+    kind (Segment.repeat), so a stage's program holds its distinct work only."""
+    items = _pipeline_items(passes, setup, e.last_index)
+    prev: tuple[int, int, str] | None = None  # (first op, length, key) of the last item
     k = 0
-    while k < len(units):
-        a, b = units[k]
+    while k < len(items):
+        (a, b), key, regular = items[k]
         start = len(e.b.ops)
-        e.b.begin_segment("1f1b")
+        e.b.begin_segment(key)
         _emit_passes(e, passes[a:b])
         e.b.end_segment()
-        here = (start, len(e.b.ops) - start)
+        here = (start, len(e.b.ops) - start, key)
         k += 1
-        if not regular[k - 1]:
+        if not regular:
             prev = None
             continue
         if (
             setup.compress_microbatches
             and prev is not None
-            and prev[1] == here[1]
+            and prev[1:] == here[1:]
             and e.b.repeats(prev[0], here[0], here[1])
         ):
             stop = k
-            while stop < len(units) and regular[stop]:
+            while stop < len(items) and items[stop][2] and items[stop][1] == key:
                 stop += 1
             if stop > k:
-                a, b = units[k]
-                e.b.begin_segment("1f1b", stop - k)
+                (a, b), _, _ = items[k]
+                e.b.begin_segment(key, stop - k)
                 _emit_passes(e, passes[a:b])
                 e.b.end_segment()
                 k = stop
             prev = None
             continue
         prev = here
-    _emit_passes(e, passes[units[-1][1] :])
