@@ -52,7 +52,9 @@ def _axonn(machine: str, gpus: int, model: str, grid: str, mode: str = "symmetri
     ]
 
 
-def _megatron(gpus: int, layers: int, hidden: int, heads: int, pp: int, v: int, seqs: int) -> list[str]:
+def _megatron(
+    gpus: int, layers: int, hidden: int, heads: int, pp: int, v: int, seqs: int
+) -> list[str]:
     return [
         "cluster.machine=dgx-a100",
         f"cluster.gpus={gpus}",

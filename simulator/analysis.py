@@ -8,7 +8,12 @@ Definitions for one rank:
 - exposed communication: communication time not covered by compute;
 - overlapped communication: communication time covered by compute;
 - exposed time per group: the exposed intervals split equally among the groups whose
-  collectives are in flight at each instant (so the groups add up to the exposed total).
+  collectives are in flight at each instant (so the groups add up to the exposed total);
+- compute by kind: the kernels' own time per kind, and, for simulated timelines (which
+  know them), the launch gaps and the interference stretch as rows of their own
+  (`launch_gaps`, `interference`), so the rows add up to the compute records' total;
+- host-bound time (simulated timelines): idle time of a stream before a compute op that
+  started the moment the host issued it, i.e. the GPU waited for the host (launch-bound).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS
 from simulator.engine.compiled import PS_PER_S
 from simulator.timeline import RankTimeline
 
@@ -78,6 +84,7 @@ class RankBreakdown:
     exposed_by_group_s: dict[str, float]
     comm_by_group_s: dict[str, float]
     compute_by_kind_s: dict[str, float]
+    host_bound_s: float = 0.0
 
 
 def breakdown(tl: RankTimeline) -> RankBreakdown:
@@ -95,11 +102,6 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
         g: length(tl.start_s[comm & (tl.group == g)], tl.end_s[comm & (tl.group == g)])
         for g in groups
     }
-    kinds = sorted({str(k) for k in tl.kind[comp]})
-    compute_by_kind = {
-        k: float((tl.end_s[comp & (tl.kind == k)] - tl.start_s[comp & (tl.kind == k)]).sum())
-        for k in kinds
-    }
     return RankBreakdown(
         span_s=span,
         compute_s=compute_s,
@@ -108,32 +110,126 @@ def breakdown(tl: RankTimeline) -> RankBreakdown:
         overlapped_comm_s=overlapped,
         exposed_by_group_s=_exposed_by_group(tl, comm, cu, groups),
         comm_by_group_s=comm_by_group,
-        compute_by_kind_s=compute_by_kind,
+        compute_by_kind_s=compute_by_kind(tl, comp),
+        host_bound_s=host_bound(tl),
     )
+
+
+def compute_by_kind(tl: RankTimeline, comp: np.ndarray | None = None) -> dict[str, float]:
+    """Seconds of compute records per kind (kernel time only), plus `launch_gaps` and
+    `interference` rows where the timeline carries them (see module doc)."""
+    comp = tl.mask_compute() if comp is None else comp
+    own = tl.end_s - tl.start_s
+    extra: dict[str, float] = {}
+    for key, col in ((LAUNCH_GAPS, tl.launch_s), (INTERFERENCE, tl.interference_s)):
+        if col is not None:
+            part = np.where(comp, col, 0.0)
+            own = own - part
+            extra[key] = float(part.sum())
+    kinds = sorted({str(k) for k in tl.kind[comp]})
+    out = {k: float(own[comp & (tl.kind == k)].sum()) for k in kinds}
+    out.update(extra)
+    return out
+
+
+HOST_TOLERANCE_S = 1e-12
+
+
+def host_bound(tl: RankTimeline) -> float:
+    """Seconds the rank had nothing in flight because the host had not issued the next op:
+    the idle time before an op (kernel or collective) that started the moment the host
+    issued it, outside any compute or communication interval (a launch-bound step)."""
+    got = _host_waits(tl)
+    if got is None:
+        return 0.0
+    wait, busy = got
+    return float((wait[1] - wait[0]).sum()) - intersection_length(wait, busy)
+
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+
+def _host_waits(tl: RankTimeline) -> tuple[Intervals, Intervals] | None:
+    """(host waits, busy intervals), both disjoint and sorted; None without issue times."""
+    if tl.issue_s is None or len(tl) == 0:
+        return None
+    busy_mask = tl.mask_compute() | tl.mask_comm()
+    waits_s: list[np.ndarray] = []
+    waits_e: list[np.ndarray] = []
+    for stream in {str(x) for x in tl.stream[busy_mask]}:
+        idx = np.flatnonzero(busy_mask & (tl.stream == stream))
+        idx = idx[np.argsort(tl.start_s[idx], kind="stable")]
+        start, end, issue = tl.start_s[idx], tl.end_s[idx], tl.issue_s[idx]
+        prev_end = np.concatenate([[start[0]], end[:-1]])
+        waited = (np.abs(start - issue) <= HOST_TOLERANCE_S + 1e-9 * start) & (start > prev_end)
+        waits_s.append(prev_end[waited])
+        waits_e.append(start[waited])
+    if not waits_s:
+        return None
+    wait = union(np.concatenate(waits_s), np.concatenate(waits_e))
+    busy = union(tl.start_s[busy_mask], tl.end_s[busy_mask])
+    return wait, busy
+
+
+def _host_bound_within(tl: RankTimeline, t1: float, t2: float) -> float:
+    """The part of `host_bound(tl)` that falls in [t1, t2) (waits are decided on the whole
+    timeline: a wait can start before t1)."""
+    got = _host_waits(tl)
+    if got is None:
+        return 0.0
+    wait, busy = (_clip(x, t1, t2) for x in got)
+    return float((wait[1] - wait[0]).sum()) - intersection_length(wait, busy)
+
+
+def _clip(x: Intervals, t1: float, t2: float) -> Intervals:
+    return np.clip(x[0], t1, t2), np.clip(x[1], t1, t2)
 
 
 def with_skipped_periods(tl: RankTimeline, warps: Sequence[Warp]) -> RankBreakdown:
     """The breakdown of a rank whose records stand for skipped periods (the engine's
     `warps` metadata, simulator/engine/periodic.py `Warp`), as if every copy were there.
 
-    Every quantity here is an integral over time of what is running at each instant, and
-    the skipped periods repeat the compared period [t1, t2) exactly, so: undo the skips
-    (records from lo2 on move back), take the breakdown, and add each compared period
-    `periods` times, clipped to its interval, on the clock it was compared on."""
-    frames = [(tl.start_s.copy(), tl.end_s.copy())]
+    Every quantity here is an integral over time of what is running at each instant, or a
+    sum over records of their own time, and the skipped periods repeat the compared period
+    [t1, t2) exactly, so: undo the skips (records from lo2 on move back, in time and in
+    host issue time), take the breakdown, and add each compared period `periods` times,
+    clipped to its interval, on the clock it was compared on. A record cut by the clip
+    keeps the same share of its launch gap and interference stretch as of its duration
+    (its pieces in consecutive copies add up to one record); host waits are clipped after
+    they are found on the whole timeline."""
+    if not warps:
+        return breakdown(tl)
+    issue0 = tl.issue_s if tl.issue_s is not None else np.zeros(len(tl))
+    frames = [(tl.start_s.copy(), tl.end_s.copy(), issue0.copy())]
     index = np.arange(len(tl))
     for w in reversed(warps):  # frame k-1 = frame k with skip k undone
-        st, en = frames[0]
+        st, en, iss = frames[0]
         back = w.periods * w.period_ps / PS_PER_S
         moved = index >= w.lo2
-        frames.insert(0, (np.where(moved, st - back, st), np.where(moved, en - back, en)))
-    bd = breakdown(_with_times(tl, *frames[0]))
-    for w, (st, en) in zip(warps, frames[:-1], strict=True):
+        frames.insert(
+            0,
+            (
+                np.where(moved, st - back, st),
+                np.where(moved, en - back, en),
+                np.where(moved, iss - w.host_ps / PS_PER_S, iss),
+            ),
+        )
+    keep_issue = tl.issue_s is not None
+    bd = breakdown(_with_times(tl, *frames[0], keep_issue))
+    for w, (st, en, iss) in zip(warps, frames[:-1], strict=True):
         t1, t2 = w.t1 / PS_PER_S, w.t2 / PS_PER_S
         cs, ce = np.clip(st, t1, t2), np.clip(en, t1, t2)
         keep = (en > t1) & (st < t2)
-        part = breakdown(_with_times(tl, cs, ce).select(keep))
-        part = replace(part, span_s=t2 - t1)
+        dur = en - st
+        share = np.divide(ce - cs, dur, out=np.ones_like(dur), where=dur > 0)
+        clipped = replace(
+            _with_times(tl, cs, ce, iss, keep_issue),
+            launch_s=None if tl.launch_s is None else tl.launch_s * share,
+            interference_s=None if tl.interference_s is None else tl.interference_s * share,
+        )
+        part = breakdown(clipped.select(keep))
+        host = _host_bound_within(_with_times(tl, st, en, iss, keep_issue), t1, t2)
+        part = replace(part, span_s=t2 - t1, host_bound_s=host)
         bd = _add(bd, part, w.periods)
     return replace(bd, span_s=float(tl.end_s.max(initial=0.0) - tl.start_s.min(initial=0.0)))
 
@@ -147,8 +243,10 @@ def record_weights(length: int, warps: Sequence[Warp]) -> np.ndarray:
     return w
 
 
-def _with_times(tl: RankTimeline, start: np.ndarray, end: np.ndarray) -> RankTimeline:
-    return replace(tl, start_s=start, end_s=end)
+def _with_times(
+    tl: RankTimeline, start: np.ndarray, end: np.ndarray, issue: np.ndarray, keep_issue: bool
+) -> RankTimeline:
+    return replace(tl, start_s=start, end_s=end, issue_s=issue if keep_issue else None)
 
 
 def _add(a: RankBreakdown, b: RankBreakdown, k: float) -> RankBreakdown:
@@ -164,6 +262,7 @@ def _add(a: RankBreakdown, b: RankBreakdown, k: float) -> RankBreakdown:
         exposed_by_group_s=merged(a.exposed_by_group_s, b.exposed_by_group_s),
         comm_by_group_s=merged(a.comm_by_group_s, b.comm_by_group_s),
         compute_by_kind_s=merged(a.compute_by_kind_s, b.compute_by_kind_s),
+        host_bound_s=a.host_bound_s + k * b.host_bound_s,
     )
 
 

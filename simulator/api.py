@@ -16,7 +16,7 @@ from simulator.config import ExperimentConfig
 from simulator.engine.core import Engine, EngineResult, ProgressFn
 from simulator.errors import ConfigError
 from simulator.network.params import network_params_for
-from simulator.report import Report, build_report
+from simulator.report import Report, build_report, model_overrides
 from simulator.workload import WorkloadPlan, build_plan
 from topologies.hardware import gpu_spec
 from topologies.types import Topology
@@ -60,7 +60,7 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         topology,
         kernels,
         params,
-        overlap_slowdown=kernels.overlap_slowdown,
+        overlap_slowdown=kernels.interference,
         calibration=calibration,
         gpu=gpu.name,
     )
@@ -92,5 +92,8 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         memory=plan.memory,
         model_flops=plan.model_flops,
         batch_tokens=config.training.batch_tokens,
+        stages=plan.stages,
+        model_overrides=model_overrides(config.model),
+        kernel_terms=kernels.describe(),
     )
     return Result(config=config, topology=topology, plan=plan, engine=result, report=report)

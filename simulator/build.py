@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from simulator.config import ClusterConfig, ExperimentConfig
 from simulator.cost.calibration import Calibration
+from simulator.cost.terms import Interference
 from simulator.costmodel import CostModel, KernelTimer
 from simulator.errors import ConfigError
 from simulator.network.params import NetworkParams, network_params_for
@@ -40,7 +41,7 @@ def build_cost_model(
     topology: Topology,
     kernels: KernelTimer,
     params: NetworkParams | None = None,
-    overlap_slowdown: float = 1.0,
+    overlap_slowdown: float | Interference = 1.0,
     calibration: Calibration | None = None,
     gpu: str | None = None,
 ) -> CostModel:
@@ -53,7 +54,9 @@ def build_cost_model(
         calibration=calibration,
         gpu=gpu,
     )
-    slowdown = config.engine.compute_slowdown_under_overlap or overlap_slowdown
+    # a user's single factor (engine.compute_slowdown_under_overlap) replaces both classes
+    user = config.engine.compute_slowdown_under_overlap
+    slowdown = Interference.uniform(user) if user is not None else overlap_slowdown
     return CostModel(
         kernels=kernels, pricer=pricer, network=config.engine.network, overlap_slowdown=slowdown
     )

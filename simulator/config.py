@@ -135,6 +135,11 @@ class ModelConfig(UserModel):
     seq_len: int | None = Field(default=None, gt=0, le=2**24)
     vocab: int | None = Field(default=None, gt=0, le=2**24)
     dtype: Literal["bf16", "fp16", "fp32"] | None = None
+    norm: Literal["layernorm", "rmsnorm"] | None = None
+    position: Literal["learned", "rope"] | None = None
+    bias: bool | None = None
+    tied_embeddings: bool | None = None
+    dropout: bool | None = None
 
     @model_validator(mode="after")
     def _resolvable(self) -> ModelConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from simulator.cost.terms import Interference
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer
 from workloads.ops import ComputeKind, ComputeOp
@@ -47,12 +48,19 @@ class RooflineKernels:
 
 @dataclass
 class CostModel:
-    """Kernel timer + collective pricer + network fidelity + overlap slowdown."""
+    """Kernel timer + collective pricer + network fidelity + overlap slowdown (one factor,
+    or an Interference with one factor per kernel class)."""
 
     kernels: KernelTimer
     pricer: CollectivePricer
     network: str = "contention"
-    overlap_slowdown: float = 1.0
+    overlap_slowdown: float | Interference = 1.0
+
+    @property
+    def stretches_overlap(self) -> bool:
+        """Whether compute that overlaps communication is stretched at all."""
+        s = self.overlap_slowdown
+        return s.active if isinstance(s, Interference) else s != 1.0
 
     @property
     def params(self) -> NetworkParams:

@@ -5,15 +5,16 @@ see which collectives hide behind compute (the SC'24 code's forward gathers are 
 its reduce-scatters overlap the backward), nor that skinny GEMMs run slower. Simulating
 every grid is too slow at scale. Replaying the program the simulator would run — compute
 durations from the same kernel model, each collective lasting its analytical time on its
-group's bandwidth, streams and waits as issued — costs milliseconds and ranks grids by
-what the simulation measures, apart from the contention between different groups.
+group's bandwidth, streams and waits as issued — costs a fraction of a second and ranks
+grids by what the simulation measures, apart from the contention between different
+groups and the compute slowed by overlapping communication.
 
-The replay is the compile-time overlap estimate of the engine
-(simulator/engine/compiled.py `estimate_overlap`), run to the end of the program: compute
-advances the compute stream's clock (never before the host has issued the op); a
-collective starts when its stream is free and the clock has reached it; a wait moves the
-clock to the awaited op's end. A segment that stands for r identical microbatches
-advances the clock r times its own span.
+The replay follows the engine's rules on one rank (as its compile-time overlap estimate
+does, simulator/engine/compiled.py `estimate_overlap`): compute advances the compute
+stream's clock, never before the host has issued the op; a communication op starts when
+its stream is free and the clock has reached it; a wait moves the clock to the awaited
+op's end. A segment that stands for r identical microbatches advances the clock r times
+its own span.
 """
 
 from __future__ import annotations
@@ -21,62 +22,58 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulator.costmodel import KernelTimer
-from simulator.engine.compiled import COMPUTE, PS_PER_S, WAIT, CommInfo, compile_program
+from simulator.engine.compiled import CommInfo
 from workloads.graph import Program, Segment
-from workloads.ops import WaitOp
+from workloads.ops import CollectiveKind, CollectiveOp, ComputeOp, RecvOp, SendOp, WaitOp
 
 CommTime = Callable[[CommInfo], float]
-"""Seconds one collective takes alone (its analytical time on its group's bandwidth)."""
+"""Seconds one communication op takes alone (its analytical time on its group)."""
 
 
-def replay_iteration_s(
-    program: Program,
-    kernels: KernelTimer,
-    comm_time: CommTime,
-    overlap_slowdown: float = 1.0,
-) -> float:
+def replay_iteration_s(program: Program, kernels: KernelTimer, comm_time: CommTime) -> float:
     """Estimated iteration time (s) of `program` on one rank."""
-    cp = compile_program(
-        program, kernels, overlap_slowdown=overlap_slowdown, comm_estimate=comm_time
-    )
+    issue_fn = getattr(kernels, "issue_s", None)
     opening = {s.start: s for s in program.segments if s.repeat > 1}
     open_seg: Segment | None = None
-    seg_clock = 0.0
-    clock = 0.0
+    seg_clock = clock = host = 0.0
     end_of: dict[int, float] = {}
-    stream_free: dict[int, float] = {}
+    stream_free: dict[str, float] = {}
     ops = program.ops
-    for i in range(cp.num_ops + 1):
+    for i in range(len(ops) + 1):
         if open_seg is not None and i == open_seg.stop:
             extra = (open_seg.repeat - 1) * (clock - seg_clock)
             _shift_after(seg_clock, extra, stream_free, end_of)
             clock += extra
+            host += extra
             open_seg = None
-        if i == cp.num_ops:
+        if i == len(ops):
             break
         if i in opening:
             open_seg, seg_clock = opening[i], clock
-        k = cp.kind[i]
-        issued = cp.issue_ps[i] / PS_PER_S
-        if k == COMPUTE:
-            clock = max(clock, issued) + cp.dur_ps[i] / PS_PER_S
-        elif k == WAIT:
-            op = ops[i]
-            assert isinstance(op, WaitOp)
+        op = ops[i]
+        if isinstance(op, WaitOp):
             clock = max(clock, end_of.get(op.target, clock))
-        else:
-            info = cp.comm[i]
-            assert info is not None
-            s = cp.stream[i]
-            start = max(clock, issued, stream_free.get(s, 0.0))
-            end = start + comm_time(info)
-            stream_free[s] = end
-            end_of[i] = end
+            continue
+        if issue_fn is not None:
+            host += issue_fn(op)
+        if isinstance(op, ComputeOp):
+            clock = max(clock, host) + kernels.duration_s(op)
+            continue
+        if isinstance(op, CollectiveOp):
+            info = CommInfo(op.group, 0, op.kind, float(op.bytes), op.root, op.algorithm)
+        elif isinstance(op, SendOp | RecvOp):
+            info = CommInfo(op.group, 0, CollectiveKind.SEND_RECV, float(op.bytes), peer=op.peer)
+        else:  # pragma: no cover - the Op union is closed
+            raise TypeError(f"unknown op type {type(op).__name__}")
+        start = max(clock, host, stream_free.get(op.stream, 0.0))
+        end = start + comm_time(info)
+        stream_free[op.stream] = end
+        end_of[i] = end
     return max([clock, *stream_free.values()])
 
 
 def _shift_after(
-    start: float, extra: float, stream_free: dict[int, float], end_of: dict[int, float]
+    start: float, extra: float, stream_free: dict[str, float], end_of: dict[int, float]
 ) -> None:
     """Move everything that ends after `start` later by `extra` (the repeated copies)."""
     for s, t in stream_free.items():

@@ -1,43 +1,53 @@
 """Writing a simulation's outputs: report.json, config.resolved.yaml, timeline.csv,
-links.csv, a Chrome/Perfetto trace and per-rank Kineto traces (kineto/rank-<r>.json, for
-Holistic Trace Analysis; simulator/export_kineto.py).
+links.csv, a Chrome/Perfetto trace, per-rank Kineto traces (kineto/, for Holistic Trace
+Analysis; simulator/export_kineto.py), optionally a Chakra execution trace
+(simulator/export_chakra.py), and pictures (simulator/pictures.py).
 
-The trace (`trace.json`) is Chrome trace-event JSON in the shape the PyTorch profiler
-writes (Kineto): one process per GPU (pid = rank), one thread per stream (tid), complete
-events (`ph: X`, µs) with `cat` "kernel" for GPU work, NCCL-style names and comm metadata
-for collectives (`Collective name`, `In msg nelems`, `Group size`, ...), a
-`ProfilerStep#0` annotation per rank, and flow arrows (`ph: s`/`f`) from each collective
-to the same collective on the other selected ranks. It opens in ui.perfetto.dev and
-chrome://tracing.
+The trace (`trace.json.gz`) is Chrome trace-event JSON in the shape the PyTorch profiler
+writes (Kineto): one process per written rank (pid = rank), one thread per stream (tid),
+complete events (`ph: X`, µs) for GPU kernels with NCCL's kernel names and comm metadata
+(simulator/trace_names.py), and flow arrows joining the members of one collective: keyed
+by group *instance* and the collective's sequence number on it (how the engine matches
+collectives), from the member that arrived last to every other traced member at that
+instant, so no arrow points backwards in time or joins ranks of different groups; a
+send's arrow goes to its receive when the transfer starts. It opens in ui.perfetto.dev
+and chrome://tracing.
+
+Which ranks are written: in full mode the first 8 unless `--trace-ranks` says otherwise;
+in symmetric mode, by default (and for `all`), one rank per rank class, with
+`rank_map.json` saying which ranks each written rank stands for (the others' records are
+copies). Files are written streaming and gzip-compressed (simulator/trace_io.py).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from simulator.api import Result
-from simulator.export_kineto import COLLECTIVE_NAMES, kernel_name, write_kineto_traces
+from simulator.export_kineto import gpu_event, stream_ids, write_kineto_traces
 from simulator.timeline import COMM_KINDS, RankTimeline
+from simulator.trace_context import RankInfo, TraceContext
+from simulator.trace_io import write_trace_json
+from simulator.trace_names import compact_ranks
+
+TraceRanks = list[int] | Literal["all"] | None
+DEFAULT_TRACE_RANKS = 8  # full mode, no --trace-ranks: ranks 0-7 (one node of most machines)
 
 
-def default_trace_ranks(world: int, limit: int = 8) -> list[int]:
-    """Ranks exported by default: all when few, else the first `limit`."""
-    return list(range(min(world, limit)))
-
-
-def parse_trace_ranks(text: str | None, world: int) -> list[int]:
-    """'0-3,16' -> [0, 1, 2, 3, 16]; None -> the default selection."""
+def parse_trace_ranks(text: str | None, world: int) -> TraceRanks:
+    """'0-3,16' -> [0, 1, 2, 3, 16]; 'all' -> "all"; None -> None (the default)."""
     from simulator.errors import ConfigError
 
     if text is None:
-        return default_trace_ranks(world)
+        return None
     if text.strip() == "all":
-        return list(range(world))
+        return "all"
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -56,6 +66,22 @@ def parse_trace_ranks(text: str | None, world: int) -> list[int]:
     return sorted(set(out))
 
 
+def written_ranks(ctx: TraceContext, selection: TraceRanks) -> dict[int, np.ndarray]:
+    """Rank written -> the ranks its files stand for (see module doc)."""
+    tl = ctx.result.engine.timeline
+    world = ctx.world_size
+    symmetric = tl.representative is not None and len(tl.ranks) < world
+    if symmetric and (selection is None or selection == "all"):
+        return ctx.classes(list(tl.ranks))
+    if selection is None:
+        chosen = list(range(min(world, DEFAULT_TRACE_RANKS)))
+    elif selection == "all":
+        chosen = list(range(world))
+    else:
+        chosen = list(selection)
+    return {r: np.array([r]) for r in chosen}
+
+
 def make_out_dir(path: str | Path, flag: str = "--out") -> Path:
     """Create an output folder; a path that cannot be one is a ConfigError naming it."""
     from simulator.errors import ConfigError
@@ -71,31 +97,56 @@ def make_out_dir(path: str | Path, flag: str = "--out") -> Path:
 
 
 def write_outputs(
-    result: Result, out_dir: str | Path, trace_ranks: list[int] | None = None
+    result: Result,
+    out_dir: str | Path,
+    trace_ranks: TraceRanks = None,
+    *,
+    gzip: bool = True,
+    chakra: bool = False,
+    pictures: bool = True,
 ) -> list[Path]:
-    """Write all output files; returns their paths."""
+    """Write all output files (module doc); returns their paths."""
     out = make_out_dir(out_dir)
-    ranks = (
-        trace_ranks
-        if trace_ranks is not None
-        else default_trace_ranks(result.engine.timeline.world_size)
-    )
+    ctx = TraceContext.from_result(result)
+    stands_for = written_ranks(ctx, trace_ranks)
+    ranks = list(stands_for)
+    suffix = ".gz" if gzip else ""
     paths = [
         _write_json(out / "report.json", result.report.to_json()),
         _write_text(out / "config.resolved.yaml", result.config.to_yaml()),
         write_timeline_csv(out / "timeline.csv", (result.engine.timeline.rank(r) for r in ranks)),
         write_links_csv(out / "links.csv", result),
-        write_chrome_trace(
-            out / "trace.json", [result.engine.timeline.rank(r) for r in ranks], result
-        ),
+        _write_json(out / "rank_map.json", rank_map(ctx, stands_for)),
+        write_chrome_trace(out / f"trace.json{suffix}", ctx, stands_for),
     ]
-    paths += write_kineto_traces(
-        out / "kineto",
-        [result.engine.timeline.rank(r) for r in ranks],
-        result.engine.timeline.world_size,
-        result.report.gpu,
-    )
+    paths += write_kineto_traces(out / "kineto", ctx, ranks, gzip=gzip)
+    if chakra:
+        from simulator.export_chakra import write_chakra_traces
+
+        # ASTRA-sim replays every rank: a class's ranks differ in their groups and peers
+        every = sorted({int(r) for members in stands_for.values() for r in members})
+        paths += write_chakra_traces(out / "chakra", ctx, every)
+    if pictures:
+        from simulator.pictures import write_pictures
+
+        paths += write_pictures(out, result, ranks)
     return paths
+
+
+def rank_map(ctx: TraceContext, stands_for: dict[int, np.ndarray]) -> dict[str, object]:
+    """Which ranks each written rank stands for (symmetric mode: its whole class)."""
+    from simulator.schema import stamp
+
+    return stamp(
+        {
+            "engine_mode": ctx.result.engine.mode,
+            "world_size": ctx.world_size,
+            "written": [
+                {"rank": r, "stands_for": compact_ranks(members), "count": int(members.size)}
+                for r, members in stands_for.items()
+            ],
+        }
+    )
 
 
 def _write_json(path: Path, data: object) -> Path:
@@ -183,152 +234,93 @@ def write_links_csv(path: Path, result: Result) -> Path:
     return path
 
 
-def chrome_trace_events(timelines: list[RankTimeline], world_size: int) -> list[dict[str, object]]:
-    """Kineto-shaped trace events for the given ranks."""
-    events: list[dict[str, object]] = []
-    flow_first: dict[tuple[str, str, int], tuple[int, float, int]] = {}
-    flow_id = 0
-    correlation = 1
-    for tl in timelines:
-        pid = int(tl.rank)
-        streams = {s: i + 7 for i, s in enumerate(dict.fromkeys(str(x) for x in tl.stream))}
-        events.append(
-            {
-                "ph": "M",
-                "name": "process_name",
-                "pid": pid,
-                "tid": 0,
-                "args": {"name": f"GPU {pid} (rank {pid})"},
-            }
+def chrome_trace_events(
+    ctx: TraceContext, stands_for: dict[int, np.ndarray]
+) -> Iterator[dict[str, object]]:
+    """Perfetto events of the written ranks: kernels per stream, then the flows."""
+    flows = _FlowIndex()
+    for rank, members in stands_for.items():
+        info = ctx.rank_info(rank)
+        streams = stream_ids(info)
+        label = f"rank {rank}" + (
+            f" (stands for ranks {compact_ranks(members)})" if members.size > 1 else ""
         )
-        events.append(
-            {
-                "ph": "M",
-                "name": "process_sort_index",
-                "pid": pid,
-                "tid": 0,
-                "args": {"sort_index": pid},
-            }
-        )
+        yield {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": label}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
+               "args": {"sort_index": rank}}  # fmt: skip
         for s, tid in streams.items():
-            events.append(
-                {
-                    "ph": "M",
-                    "name": "thread_name",
-                    "pid": pid,
-                    "tid": tid,
-                    "args": {"name": f"stream {tid} {s}"},
-                }
-            )
-        t0 = float(tl.start_s.min(initial=0.0))
-        t1 = float(tl.end_s.max(initial=0.0))
-        events.append(
-            {
-                "ph": "X",
-                "cat": "gpu_user_annotation",
-                "name": "ProfilerStep#0",
-                "pid": pid,
-                "tid": streams.get("compute", 7),
-                "ts": t0 * 1e6,
-                "dur": (t1 - t0) * 1e6,
-                "args": {},
-            }
-        )
-        occurrence: dict[tuple[str, str], int] = {}
+            yield {"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
+                   "args": {"name": f"stream {tid} {s}"}}  # fmt: skip
+        tl = info.timeline
         for i in range(len(tl)):
-            kind = str(tl.kind[i])
-            if kind == "wait":
+            if tl.kind[i] == "wait":
                 continue
             tid = streams[str(tl.stream[i])]
-            ts = float(tl.start_s[i]) * 1e6
-            dur = float(tl.end_s[i] - tl.start_s[i]) * 1e6
-            args: dict[str, object] = {
-                "device": pid,
-                "stream": tid,
-                "correlation": correlation,
-                "External id": correlation,
-            }
-            correlation += 1
-            name = str(tl.name[i])
-            if kind in COMM_KINDS:
-                group = str(tl.group[i])
-                nelems = int(tl.bytes[i] // 2)
-                args.update(
-                    {
-                        "Collective name": COLLECTIVE_NAMES[kind],
-                        "In msg nelems": nelems,
-                        "Out msg nelems": nelems,
-                        "dtype": "BFloat16",
-                        "Process Group Name": group,
-                        "Process Group Description": group,
-                        "bytes": float(tl.bytes[i]),
-                        "op": name,
-                    }
-                )
-                name = kernel_name(kind, name)
-                key = (group, name, occurrence.setdefault((group, name), 0))
-                occurrence[(group, name)] += 1
-                first = flow_first.get(key)
-                if first is None:
-                    flow_first[key] = (pid, ts, tid)
-                elif first[0] != pid:
-                    flow_id += 1
-                    events.append(
-                        {
-                            "ph": "s",
-                            "cat": "collective",
-                            "name": "collective",
-                            "id": flow_id,
-                            "pid": first[0],
-                            "tid": first[2],
-                            "ts": first[1],
-                        }
-                    )
-                    events.append(
-                        {
-                            "ph": "f",
-                            "bp": "e",
-                            "cat": "collective",
-                            "name": "collective",
-                            "id": flow_id,
-                            "pid": pid,
-                            "tid": tid,
-                            "ts": ts,
-                        }
-                    )
+            ev = gpu_event(ctx, info, i, rank, tid, i + 1, i + 1)
+            ev["args"]["device"] = rank % ctx.gpus_per_node  # type: ignore[index]
+            yield ev
+            if tl.kind[i] in COMM_KINDS:
+                flows.add(info, i, rank, tid)
+    yield from flows.events()
+
+
+class _FlowIndex:
+    """Members of each collective (and each send/recv pair) among the written ranks."""
+
+    def __init__(self) -> None:
+        self.members: dict[tuple[object, ...], list[tuple[int, int, float, bool]]] = {}
+
+    def add(self, info: RankInfo, i: int, rank: int, tid: int) -> None:
+        tl = info.timeline
+        peer = int(info.peer[i])
+        seq = int(info.seq[i])
+        if peer >= 0:
+            src, dst = (rank, peer) if info.is_send[i] else (peer, rank)
+            key: tuple[object, ...] = ("p2p", info.pg_name[i], src, dst, seq)
+        else:
+            key = ("coll", str(tl.group[i]), info.pg_name[i], seq)
+        ts = float(tl.start_s[i]) * 1e6
+        self.members.setdefault(key, []).append((rank, tid, ts, bool(info.is_send[i])))
+
+    def events(self) -> Iterator[dict[str, object]]:
+        flow_id = 0
+        for key, members in self.members.items():
+            if len(members) < 2:
+                continue
+            if key[0] == "p2p":
+                sends = [m for m in members if m[3]]
+                if not sends:
+                    continue
+                src = sends[0]
+                at = max(m[2] for m in members)
+                targets = [m for m in members if m is not src]
+                name = f"send pg {key[1]} #{key[4]}"
             else:
-                args.update(
-                    {"flops": float(tl.flops[i]), "bytes": float(tl.bytes[i]), "kind": kind}
-                )
-            args["phase"] = str(tl.phase[i])
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": name,
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": ts,
-                    "dur": dur,
-                    "args": args,
-                }
-            )
-    return events
+                src = max(members, key=lambda m: m[2])  # the last to arrive releases the rest
+                at = src[2]
+                targets = [m for m in members if m is not src]
+                name = f"{key[1]} pg {key[2]} #{key[3]}"
+            for dst in targets:
+                flow_id += 1
+                yield {"ph": "s", "cat": "collective", "name": name, "id": flow_id,
+                       "pid": src[0], "tid": src[1], "ts": at}  # fmt: skip
+                yield {"ph": "f", "bp": "e", "cat": "collective", "name": name, "id": flow_id,
+                       "pid": dst[0], "tid": dst[1], "ts": at}  # fmt: skip
 
 
-def write_chrome_trace(path: Path, timelines: list[RankTimeline], result: Result) -> Path:
-    world = result.engine.timeline.world_size
-    doc = {
-        "schemaVersion": 1,
-        "displayTimeUnit": "ms",
-        "distributedInfo": {
-            "backend": "nccl",
-            "rank": timelines[0].rank if timelines else 0,
-            "world_size": world,
-        },
-        "deviceProperties": [{"id": 0, "name": result.report.gpu}],
-        "traceName": f"axsim {result.report.model} on {result.report.gpus} {result.report.gpu}",
-        "traceEvents": chrome_trace_events(timelines, world),
-    }
-    path.write_text(json.dumps(doc))
-    return path
+def write_chrome_trace(path: Path, ctx: TraceContext, stands_for: dict[int, np.ndarray]) -> Path:
+    """The Perfetto trace of the written ranks (module doc), streamed to `path`."""
+    from simulator.schema import stamp
+
+    report = ctx.result.report
+    header = stamp(
+        {
+            "schemaVersion": 1,
+            "displayTimeUnit": "ms",
+            "deviceProperties": [{"id": 0, "name": report.gpu}],
+            "traceName": f"axsim {report.model} on {report.gpus} {report.gpu}",
+        }
+    )
+    header["axsim_ranks"] = {str(r): compact_ranks(m) for r, m in stands_for.items()}
+    header["world_size"] = ctx.world_size
+    return write_trace_json(path, header, chrome_trace_events(ctx, stands_for))

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulator.config import ExperimentConfig
+from simulator.report import StagePlan
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 from workloads.graph import OpGraph
@@ -23,6 +24,7 @@ class WorkloadPlan:
     grid: dict[str, int]  # x, y, z, data view of the parallel degrees (report contract)
     group_aliases: dict[str, str] = field(default_factory=dict)  # strategy group -> x/y/z/data
     model_flops: float = 0.0
+    stages: tuple[StagePlan, ...] = ()  # pipeline stages (empty without a pipeline)
 
 
 PlanBuilder = Callable[[ExperimentConfig, TransformerSpec, Topology, GpuSpec], WorkloadPlan]

@@ -18,6 +18,14 @@ from simulator.report import Report
 from simulator.units import format_bytes, format_seconds
 
 PIPED_WIDTH = 160
+COMPUTE_LABELS = {
+    "gemm": "GEMM",
+    "attention": "attention",
+    "elementwise": "element-wise (norms, activations, residuals, copies)",
+    "optimizer": "optimizer step",
+    "launch_gaps": "launch gaps",
+    "interference": "interference (beside communication)",
+}
 
 
 def stdout_console() -> Console:
@@ -40,7 +48,7 @@ def render_report(report: Report, console: Console | None = None) -> None:
     grid = " x ".join(f"{k}={v}" for k, v in g.items())
     # the title stays short: a piped (80-column) console would cut a long one, and the
     # grid is what a user who let axsim pick it most needs to see
-    head = f"[bold]{report.model}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine})"
+    head = f"[bold]{escape(report.model)}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine})"
     t = report.iteration_time_s
     summary = Table.grid(padding=(0, 2))
     summary.add_column(justify="left")
@@ -69,6 +77,17 @@ def render_report(report: Report, console: Console | None = None) -> None:
         f"{k}={v}" for k, v in report.parameters.items() if k not in ("strategy", "grid")
     )
     summary.add_row("parameters", escape(params))
+    kt = report.kernel_terms
+    if kt:
+        summary.add_row(
+            "kernel model",
+            escape(
+                f"GEMM {kt['gemm_peak_tflops']:.0f} TFLOP/s, HBM {kt['hbm_GBps']:.0f} GB/s, "
+                f"launch gap {kt['launch_gap_us']:.1f} us, interference x"
+                f"{kt['interference_compute']:.2f} / x{kt['interference_memory']:.2f}"
+                + (" (calibrated)" if kt.get("calibrated") else "")
+            ),
+        )
     c.print(Panel(summary, title=head, expand=False))
 
     time_table = Table(title=f"Where the time goes (rank {report.critical_rank})", show_lines=False)
@@ -79,16 +98,27 @@ def render_report(report: Report, console: Console | None = None) -> None:
         "compute", format_seconds(report.compute_time_s), _pct(report.compute_time_s, t)
     )
     for kind, v in sorted(report.compute_by_kind_s.items(), key=lambda kv: -kv[1]):
-        time_table.add_row(f"  {kind}", format_seconds(v), _pct(v, t))
+        time_table.add_row(f"  {COMPUTE_LABELS.get(kind, kind)}", format_seconds(v), _pct(v, t))
+    if report.host_bound_s > 0:
+        time_table.add_row(
+            "waiting for the host (launch-bound)",
+            format_seconds(report.host_bound_s),
+            _pct(report.host_bound_s, t),
+        )
     time_table.add_row(
         "exposed communication",
         format_seconds(report.exposed_comm_time_s),
         _pct(report.exposed_comm_time_s, t),
     )
-    for group, v in report.comm_time_by_group_s.items():
-        total = report.comm_total_by_group_s.get(group, 0.0)
+    native = report.comm_time_by_native_group_s
+    by_group = native if native else report.comm_time_by_group_s
+    totals = report.comm_total_by_native_group_s if native else report.comm_total_by_group_s
+    for group, v in by_group.items():
+        total = totals.get(group, 0.0)
+        axis = report.group_axes.get(group, group)
+        label = group if axis == group else f"{group} (axis {axis})"
         time_table.add_row(
-            f"  {group} (exposed / in flight)",
+            f"  {label} (exposed / in flight)",
             f"{format_seconds(v)} / {format_seconds(total)}",
             _pct(v, t),
         )
@@ -98,6 +128,8 @@ def render_report(report: Report, console: Console | None = None) -> None:
         _pct(report.overlapped_comm_time_s, t),
     )
     c.print(time_table)
+    if report.stages:
+        c.print(stage_table(report))
 
     if report.busiest_links:
         links = Table(title="Busiest links")
@@ -117,6 +149,26 @@ def render_report(report: Report, console: Console | None = None) -> None:
         f"({report.skipped_segments} repeated microbatches copied), {report.events:,} events, "
         f"wall time {report.wall_time_s:.2f} s[/]"
     )
+
+
+def stage_table(report: Report) -> Table:
+    """One row per pipeline stage: its layers, load, waits and memory."""
+    t = report.iteration_time_s
+    table = Table(title="Pipeline stages (first rank of each)")
+    for col in ("stage", "layers", "compute", "load", "exposed comm", "pipeline wait", "memory"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for row in report.stages:
+        extra = "+".join(x for x, on in (("embedding", row.embedding), ("loss", row.head)) if on)
+        table.add_row(
+            f"{row.stage}" + (f" ({extra})" if extra else ""),
+            str(row.layers),
+            format_seconds(row.compute_s),
+            f"{100 * row.load:.0f}%",
+            format_seconds(row.exposed_comm_s),
+            f"{format_seconds(row.pipeline_wait_s)} ({_pct(row.pipeline_wait_s, t).strip()})",
+            format_bytes(row.memory_bytes),
+        )
+    return table
 
 
 @contextmanager

@@ -5,21 +5,43 @@ on; keys are stable: iteration_time_s, compute_time_s, exposed_comm_time_s,
 overlapped_comm_time_s, comm_time_by_group_s (x, y, z, data), model_flops_per_iteration,
 pflops_total, tflops_per_gpu, percent_of_advertised_peak, percent_of_empirical_peak,
 memory_per_gpu_bytes, fits_in_memory, grid (x, y, z, data), machine, gpus, model,
-engine_mode, wall_time_s, events (plus extra detail keys).
+engine_mode, wall_time_s, events (plus extra detail keys; `stages`: one row per pipeline
+stage, empty without a pipeline), and `schema_version` /
+`axsim_version` (simulator/schema.py; `axsim schema --report` prints the JSON Schema).
+
+Group names: `comm_time_by_group_s` keeps the cross-strategy axes x, y, z, data (and pp
+for pipeline send/recv) so sweeps compare strategies on one key set;
+`comm_time_by_native_group_s` names the strategy's own groups (tp/dp/pp for Megatron,
+shard/replicate for FSDP, row/col for Optimus, x/y/z/data for AxoNN) and `group_axes`
+is the stable mapping from one to the other. A model whose shape differs from its preset
+is reported as `custom (<preset> with <field>=<value>, ...)`.
+
+`compute_by_kind_s` splits the compute of the critical rank into the kernels' own time by
+kind (gemm, attention, elementwise: norms, activations, residuals, copies; optimizer, ...)
+and the terms the step adds around them: `launch_gaps` (idle time between back-to-back
+kernels) and `interference` (kernels slowed by communication running beside them).
+`host_bound_s` is the time the GPU waited for the host to issue kernels (a launch-bound
+step: kernels shorter than their host issue cost).
+`kernel_terms` says what the kernel model priced with (GEMM peak and its source, HBM
+bandwidth, launch gap, interference factors).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import cast
 
 import numpy as np
 
 from simulator.analysis import with_skipped_periods
+from simulator.config import ModelConfig
 from simulator.engine.core import EngineResult
 from simulator.engine.periodic import Warp
+from simulator.timeline import Timeline
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
+from workloads.models import model_preset
 
 CONTRACT_GROUPS = ("x", "y", "z", "data")
 
@@ -38,6 +60,40 @@ class LinkUsage:
 
 
 @dataclass(frozen=True)
+class StagePlan:
+    """One pipeline stage as built: its first rank (simulated in every engine mode), its
+    transformer layers, whether it runs the embedding / the output layer and loss, and
+    its memory per GPU."""
+
+    stage: int
+    rank: int
+    layers: int
+    embedding: bool
+    head: bool
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One pipeline stage: what it runs, how busy its first rank is, and its memory.
+
+    load: its compute time over the busiest stage's (1.0 = the slowest stage);
+    pipeline_wait_s: the time its rank neither computes nor waits on a non-pipeline
+    collective: the pipeline bubble, plus exposed activation transfers."""
+
+    stage: int
+    rank: int
+    layers: int
+    embedding: bool
+    head: bool
+    compute_s: float
+    load: float
+    exposed_comm_s: float
+    pipeline_wait_s: float
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
 class Report:
     iteration_time_s: float
     compute_time_s: float
@@ -46,6 +102,7 @@ class Report:
     comm_time_by_group_s: dict[str, float]
     comm_total_by_group_s: dict[str, float]
     compute_by_kind_s: dict[str, float]
+    host_bound_s: float
     model_flops_per_iteration: float
     pflops_total: float
     tflops_per_gpu: float
@@ -72,11 +129,38 @@ class Report:
     batch_tokens: int
     critical_rank: int
     busiest_links: list[LinkUsage] = field(default_factory=list)
+    stages: list[StageRow] = field(default_factory=list)
+    comm_time_by_native_group_s: dict[str, float] = field(default_factory=dict)
+    comm_total_by_native_group_s: dict[str, float] = field(default_factory=dict)
+    group_axes: dict[str, str] = field(default_factory=dict)
+    model_preset: str = ""
+    model_overrides: dict[str, object] = field(default_factory=dict)
+    model_custom: bool = False
+    kernel_terms: dict[str, object] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
+        """The `--json` object: every field, `memory_per_gpu_GB`, and the versions."""
+        from simulator.schema import stamp
+
         d = asdict(self)
         d["memory_per_gpu_GB"] = self.memory_per_gpu_bytes / 1e9
-        return d
+        return stamp(d)
+
+
+def model_overrides(model: ModelConfig) -> dict[str, object]:
+    """The fields of `model` whose values differ from its preset's (its custom shape)."""
+    preset = model_preset(model.name)
+    spec = model.spec()
+    given = model.model_dump(exclude={"name"}, exclude_none=True)
+    return {k: getattr(spec, k) for k in given if getattr(spec, k) != getattr(preset, k)}
+
+
+def model_label(preset: str, overrides: dict[str, object]) -> str:
+    """The report's model name: the preset's, or "custom (...)" when the shape differs."""
+    if not overrides:
+        return preset
+    changes = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    return f"custom ({preset} with {changes})"
 
 
 def busiest_links(
@@ -105,6 +189,38 @@ def busiest_links(
     return out
 
 
+def rank_warps(tl: Timeline, rank: int) -> list[Warp]:
+    """The skipped periods a rank's records stand for (the engine lists them per simulated
+    rank in the timeline's `warps` metadata; other ranks read their representative's)."""
+    warps = cast("dict[int, list[Warp]]", tl.metadata.get("warps", {}))
+    rep = rank if tl.representative is None else int(tl.representative[rank])
+    return list(warps.get(rep, []))
+
+
+def stage_rows(tl: Timeline, stages: Sequence[StagePlan], span_s: float) -> list[StageRow]:
+    """Per-stage rows from each stage's first rank ('pp' send/recv waits are the pipeline's)."""
+    parts = [with_skipped_periods(tl.rank(st.rank), rank_warps(tl, st.rank)) for st in stages]
+    busiest = max((bd.compute_s for bd in parts), default=0.0)
+    rows = []
+    for st, bd in zip(stages, parts, strict=True):
+        other = bd.exposed_comm_s - bd.exposed_by_group_s.get("pp", 0.0)
+        rows.append(
+            StageRow(
+                stage=st.stage,
+                rank=st.rank,
+                layers=st.layers,
+                embedding=st.embedding,
+                head=st.head,
+                compute_s=bd.compute_s,
+                load=bd.compute_s / busiest if busiest > 0 else 0.0,
+                exposed_comm_s=other,
+                pipeline_wait_s=max(span_s - bd.compute_s - other, 0.0),
+                memory_bytes=st.memory_bytes,
+            )
+        )
+    return rows
+
+
 def build_report(
     result: EngineResult,
     *,
@@ -119,15 +235,15 @@ def build_report(
     memory: dict[str, float],
     model_flops: float,
     batch_tokens: int,
+    stages: Sequence[StagePlan] = (),
+    model_overrides: dict[str, object] | None = None,
+    kernel_terms: dict[str, object] | None = None,
 ) -> Report:
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
     critical = max(tl.ranks, key=lambda r: float(tl.rank(r).end_s.max(initial=0.0)))
     rank_tl = tl.rank(critical)
-    # the engine lists the skipped periods of the ranks whose records stand for them
-    warps = cast("dict[int, list[Warp]]", tl.metadata.get("warps", {}))
-    rep = critical if tl.representative is None else int(tl.representative[critical])
-    bd = with_skipped_periods(rank_tl, warps.get(rep, []))
+    bd = with_skipped_periods(rank_tl, rank_warps(tl, critical))
     t = result.iteration_time_s
     gpus = tl.world_size
     by_group = dict.fromkeys(CONTRACT_GROUPS, 0.0)
@@ -138,6 +254,8 @@ def build_report(
     for g, v in bd.comm_by_group_s.items():
         key = group_aliases.get(g, g)
         total_by_group[key] = total_by_group.get(key, 0.0) + v
+    native = sorted(set(bd.comm_by_group_s) | set(bd.exposed_by_group_s))
+    overrides = dict(model_overrides or {})
     flops_rate = model_flops / t if t > 0 else 0.0
     per_gpu = flops_rate / gpus if gpus else 0.0
     emp = gpu.empirical_gemm_flops
@@ -150,6 +268,7 @@ def build_report(
         comm_time_by_group_s=by_group,
         comm_total_by_group_s=total_by_group,
         compute_by_kind_s=bd.compute_by_kind_s,
+        host_bound_s=bd.host_bound_s,
         model_flops_per_iteration=model_flops,
         pflops_total=flops_rate / 1e15,
         tflops_per_gpu=per_gpu / 1e12,
@@ -165,7 +284,7 @@ def build_report(
         machine=machine,
         gpu=gpu.name,
         gpus=gpus,
-        model=model_name,
+        model=model_label(model_name, overrides),
         engine_mode=result.mode,
         network_model=result.network_model,
         wall_time_s=result.wall_time_s,
@@ -176,4 +295,12 @@ def build_report(
         batch_tokens=batch_tokens,
         critical_rank=int(critical),
         busiest_links=busiest_links(topology, result.link_bytes, t),
+        stages=stage_rows(tl, stages, t),
+        comm_time_by_native_group_s={g: bd.exposed_by_group_s.get(g, 0.0) for g in native},
+        comm_total_by_native_group_s={g: bd.comm_by_group_s.get(g, 0.0) for g in native},
+        group_axes={g: group_aliases.get(g, g) for g in native},
+        model_preset=model_name,
+        model_overrides=overrides,
+        model_custom=bool(overrides),
+        kernel_terms=dict(kernel_terms or {}),
     )

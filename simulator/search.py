@@ -276,12 +276,7 @@ def screen_candidates(
     estimated = []
     for c in head:
         graph = build_axonn_workload(spec, c.params(base), c.grid, training, c.microbatch_sequences)
-        t = replay_iteration_s(
-            graph.programs[0],
-            kernels,
-            analytical_comm_time(c.grid, bandwidth),
-            kernels.overlap_slowdown,
-        )
+        t = replay_iteration_s(graph.programs[0], kernels, analytical_comm_time(c.grid, bandwidth))
         estimated.append(replace(c, estimated_iteration_time_s=t))
     estimated.sort(key=lambda c: (c.estimated_iteration_time_s, c.model_rank))
     estimated = [replace(c, estimated_rank=i + 1) for i, c in enumerate(estimated)]

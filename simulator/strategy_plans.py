@@ -9,15 +9,15 @@ strategy is tabulated in workloads/strategies.py).
 from __future__ import annotations
 
 from simulator.config import ExperimentConfig
-from simulator.plan import PlanBuilder, WorkloadPlan, cluster_shape, training_setup
+from simulator.plan import PlanBuilder, StagePlan, WorkloadPlan, cluster_shape, training_setup
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 from workloads.axonn.params import AxonnParallel
 from workloads.axonn.workload import memory_for
 from workloads.hybrid.configure import choose_setup
-from workloads.hybrid.memory import hybrid_memory, max_batch_sequences
+from workloads.hybrid.memory import hybrid_memory, max_batch_sequences, stage_memory
 from workloads.hybrid.params import HybridParallel
-from workloads.hybrid.setup import HybridSetup
+from workloads.hybrid.setup import HybridSetup, stage_chunks
 from workloads.hybrid.workload import build_hybrid_workload
 from workloads.memory import largest_fitting
 from workloads.models import TransformerSpec, model_flops_per_iteration
@@ -45,9 +45,32 @@ def hybrid_grid(setup: HybridSetup) -> dict[str, int]:
         "z": setup.shard if setup.sharded else 1,
         "data": setup.replicate if setup.sharded else setup.dp,
     }
+    if setup.cp > 1:
+        grid["context"] = setup.cp
     if setup.pp > 1:
         grid["pipeline"] = setup.pp
     return grid
+
+
+def hybrid_stages(spec: TransformerSpec, setup: HybridSetup) -> tuple[StagePlan, ...]:
+    """The pipeline stages of a setup (none without a pipeline)."""
+    if setup.pp == 1:
+        return ()
+    per_stage = setup.world // setup.pp  # ranks are stage-major
+    out = []
+    for s in range(setup.pp):
+        chunks = stage_chunks(spec, setup, s)
+        out.append(
+            StagePlan(
+                stage=s,
+                rank=s * per_stage,
+                layers=sum(c.stop - c.start for c in chunks),
+                embedding=any(c.first for c in chunks),
+                head=any(c.last for c in chunks),
+                memory_bytes=stage_memory(spec, setup, s).total,
+            )
+        )
+    return tuple(out)
 
 
 def hybrid_parameters(params: HybridParallel, setup: HybridSetup) -> dict[str, object]:
@@ -61,6 +84,8 @@ def hybrid_parameters(params: HybridParallel, setup: HybridSetup) -> dict[str, o
         microbatches=setup.microbatches,
         recompute=setup.recompute,
     )
+    if setup.stage_layers:
+        out["layers_per_stage"] = list(setup.stage_layers)
     if setup.sharded:
         out["shard"] = setup.shard
     return out
@@ -91,6 +116,7 @@ def _hybrid_plan(
         model_flops=model_flops_per_iteration(
             spec, config.training.batch_tokens, setup.recompute == "full"
         ),
+        stages=hybrid_stages(spec, setup),
     )
 
 

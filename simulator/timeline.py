@@ -9,7 +9,11 @@ Record fields: rank, stream, name, kind, group, start_s, end_s, bytes, flops, ph
 `kind` is a compute kind (gemm, attention, elementwise, optimizer, memcpy, quantize), a
 collective kind (all-reduce, ... , send-recv) or "wait". `group` is the process-group kind
 ("" for compute). For collectives, `start_s` is when the rank launched the op (its kernel
-starts spinning) and `sync_start_s` when the last participant arrived.
+starts spinning) and `sync_start_s` when the last participant arrived. Simulated compute
+records also say how much of their duration is the launch gap (`launch_s`) and the
+interference stretch under overlapping communication (`interference_s`), and when the
+host had issued each op (`issue_s`: a kernel cannot start earlier); measured timelines
+leave them None (a profiler sees only the kernel).
 """
 
 from __future__ import annotations
@@ -21,7 +25,16 @@ import numpy as np
 
 COMPUTE_KINDS = frozenset({"gemm", "attention", "elementwise", "optimizer", "memcpy", "quantize"})
 COMM_KINDS = frozenset(
-    {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "reduce", "send-recv"}
+    {
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+        "broadcast",
+        "reduce",
+        "send-recv",
+        "ring-exchange",
+    }
 )
 FIELDS = (
     "rank",
@@ -52,6 +65,9 @@ class RankTimeline:
     flops: np.ndarray
     phase: np.ndarray
     sync_start_s: np.ndarray | None = None
+    launch_s: np.ndarray | None = None
+    interference_s: np.ndarray | None = None
+    issue_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.start_s.shape[0])
@@ -69,6 +85,9 @@ class RankTimeline:
     def select(self, mask: np.ndarray) -> RankTimeline:
         """A RankTimeline with only the records where `mask` is true."""
         sync = None if self.sync_start_s is None else self.sync_start_s[mask]
+        launch = None if self.launch_s is None else self.launch_s[mask]
+        interference = None if self.interference_s is None else self.interference_s[mask]
+        issue = None if self.issue_s is None else self.issue_s[mask]
         return RankTimeline(
             rank=self.rank,
             stream=self.stream[mask],
@@ -81,6 +100,9 @@ class RankTimeline:
             flops=self.flops[mask],
             phase=self.phase[mask],
             sync_start_s=sync,
+            launch_s=launch,
+            interference_s=interference,
+            issue_s=issue,
         )
 
     def records(self) -> Iterator[dict[str, object]]:

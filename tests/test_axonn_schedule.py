@@ -196,3 +196,33 @@ def test_cached_layers_needs_the_cache_lifetime() -> None:
 
     with pytest.raises(ValidationError, match="cached_layers needs"):
         AxonnParallel(cached_layers=3)
+
+
+@pytest.mark.parametrize("implementation", ["sc24", "axonn-0.2"])
+def test_llama_architecture_syncs_only_the_parameters_it_has(implementation: str) -> None:
+    """RMSNorm has a weight only, Llama's linears have no biases and rotary embeddings no
+    position table: none of them may appear in the gradient sync, and the rotary kernel
+    runs on q and k."""
+    llama = TransformerSpec(
+        name="l",
+        layers=2,
+        hidden=64,
+        heads=8,
+        seq_len=32,
+        vocab=128,
+        norm="rmsnorm",
+        position="rope",
+        bias=False,
+        tied_embeddings=False,
+        dropout=False,
+    )
+    params = _params(implementation)
+    graph = build_axonn_workload(llama, params, GRID, _training(), 1)
+    names = {op.name for op in graph.programs[0].ops}
+    assert not any(".bias." in n or ".b.ar_" in n or "pos_embedding" in n for n in names)
+    assert any(n.startswith("L0.ln1.w.ar_") for n in names)
+    assert "L0.rope.fwd" in names
+    # the untied output layer is stored beside the embedding
+    untied = axonn_calls(llama, GRID, params, _training(), 1).head_params()
+    tied = axonn_calls(SPEC, GRID, params, _training(), 1).head_params()
+    assert untied == 2 * tied

@@ -113,3 +113,10 @@ def test_cpu_host_and_catalogue() -> None:
         assert catalogue_gpu(name, vendor) == key
         gpu_spec(key)
     assert catalogue_gpu("AMD Radeon Graphics", "amd") is None
+    # device properties resolve generic names and the memory of ambiguous ones
+    gib = 2**30
+    assert catalogue_gpu("AMD Radeon Graphics", "amd", 104, 64 * gib) == "mi250-gcd"
+    assert catalogue_gpu("AMD Radeon Graphics", "amd", 110, 64 * gib) == "mi250x-gcd"
+    assert catalogue_gpu("AMD Radeon Graphics", "amd", 120, 64 * gib) is None
+    assert catalogue_gpu("NVIDIA A100-PG509-200", "nvidia", 108, 39.4 * gib) == "a100-40gb"
+    assert catalogue_gpu("NVIDIA A100-PG509-200", "nvidia", 108, 79.2 * gib) == "a100-80gb"

@@ -55,11 +55,16 @@ def test_figure_builds_at_reduced_size(
     out, outputs = built
     o = outputs[name]
     assert o.error is None, o.error
-    assert {p.name for p in o.files} == {f"{name}.png", f"{name}.svg", f"{name}.md"}
+    exts = ("png", "svg", "pdf", "md")
+    assert {p.name for p in o.files} == {f"{name}.{ext}" for ext in exts}
     assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "<svg" in (out / f"{name}.svg").read_text()[:2000]
+    assert (out / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
+    svg = (out / f"{name}.svg").read_text()
+    assert "<svg" in svg[:2000] and "<text" in svg  # labels are editable text
     text = (out / f"{name}.md").read_text()
     assert text.startswith("# ") and "Engine mode" in text and "calibration" in text
+    # every caption says what is published for the figure: overlaid, or why not
+    assert "Published (overlaid" in text or "Published values: not available" in text
     assert o.numbers and all(isinstance(n, dict) and n for n in o.numbers)
 
 

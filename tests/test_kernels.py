@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import cost
-from simulator.cost import KernelModel, best_tile, kernel_params
+from simulator.cost import Interference, KernelModel, best_tile, kernel_params
 from simulator.errors import CostModelError
 from topologies.hardware import gpu_spec
 from workloads.ops import ComputeKind, ComputeOp
@@ -36,11 +36,13 @@ def op(kind: ComputeKind, flops: float, nbytes: float, phase: str = "") -> Compu
 
 
 def single_tile_model(gpu: str = "h100") -> KernelModel:
-    """One 128x128 tile, no fixed costs, no k ramp: quantisation in its pure form."""
+    """One 128x128 tile, no split-K, no fixed costs, no k ramp: quantisation in its pure
+    form."""
     spec = gpu_spec(gpu)
     p = dataclasses.replace(
         kernel_params(spec),
         gemm_tiles=((128, 128),),
+        gemm_split_k=(1,),
         gemm_k_ramp=0.0,
         gemm_fixed_s=0.0,
         launch_overhead_s=0.0,
@@ -80,18 +82,43 @@ def test_huge_square_gemm_approaches_flops_over_effective_peak() -> None:
     assert H100.kernel_time_s(g) == pytest.approx(ideal + H100.params.gemm_fixed_s, rel=0.02)
 
 
-def test_effective_peak_is_empirical_when_known_else_default_fraction() -> None:
-    # A100 40 GB: the fraction fitted on Vidur's A100 kernels (same silicon) wins over
-    # AxoNN's best-case 280 TFLOP/s micro-benchmark, which stays the report's reference
-    a100 = KernelModel("a100-40gb")
-    assert a100.params.fitted_gemm_peak
-    assert a100.gemm_peak_flops == pytest.approx(0.81 * 312e12)
+def test_one_gemm_peak_rule_for_every_gpu() -> None:
+    """P comes from one rule (kernel_defaults.yaml): the silicon's profiled fraction, else
+    its micro-benchmark fraction x the profiled / micro-benchmark ratio measured where both
+    exist (GA100), else the vendor's mean profiled fraction. No GPU has a value of its own."""
+    a100_40, a100_80 = KernelModel("a100-40gb"), KernelModel("a100-80gb")
+    # the same silicon (GA100, 400 W): one profiled fraction, whatever the HBM size
+    assert a100_40.gemm_peak_flops == pytest.approx(0.81 * 312e12)
+    assert a100_80.gemm_peak_flops == a100_40.gemm_peak_flops
+    assert "profiled ga100" in a100_40.params.gemm_peak_rule
+    # the ratio profiled / micro-benchmark on GA100 transfers to the micro-benchmarked rest
+    ratio = 0.81 / (280 / 312)
+    assert KernelModel("mi250x-gcd").gemm_peak_flops == pytest.approx(125e12 * ratio)
+    assert KernelModel("gh200").gemm_peak_flops == pytest.approx(813e12 * ratio)
+    # MI250 shares MI250X's CDNA2 silicon: its micro-benchmark fraction, its own peak
+    assert KernelModel("mi250-gcd").gemm_peak_flops == pytest.approx(
+        125 / 191.5 * ratio * 181.05e12
+    )
+    assert KernelModel("h200").gemm_peak_flops == H100.gemm_peak_flops  # GH100 at 700 W
+    # nothing measured on Volta: the mean of NVIDIA's profiled silicons
+    assert KernelModel("v100-32gb").params.gemm_peak_fraction == pytest.approx((0.81 + 0.758) / 2)
+    for gpu in ("a100-40gb", "mi250x-gcd", "gh200", "h100", "v100-16gb", "mi300x"):
+        spec = gpu_spec(gpu)
+        assert kernel_params(spec).gemm_peak_rule
+        assert 0.3 < KernelModel(gpu).gemm_peak_flops / spec.peak_flops < 0.9
     assert gpu_spec("a100-40gb").empirical_gemm_flops == pytest.approx(280e12)
-    assert KernelModel("gh200").gemm_peak_flops == pytest.approx(813e12)
-    assert KernelModel("mi250x-gcd").gemm_peak_flops == pytest.approx(125e12)
-    h100 = gpu_spec("h100")
-    assert H100.gemm_peak_flops == pytest.approx(kernel_params(h100).gemm_peak_fraction * 989e12)
-    assert 0.6 < H100.gemm_peak_flops / h100.peak_flops < 0.9
+
+
+def test_no_gpu_sets_its_own_gemm_peak(tmp_path: Path) -> None:
+    packaged = Path(cost.__path__[0]) / "data" / "kernel_defaults.yaml"
+    bad = tmp_path / "k.yaml"
+    bad.write_text(
+        packaged.read_text().replace(
+            "  a100-40gb:\n    hbm_efficiency: 0.82", "  a100-40gb:\n    gemm_peak_fraction: 0.9"
+        )
+    )
+    with pytest.raises(CostModelError, match=r"gpus\.a100-40gb\.gemm_peak_fraction"):
+        kernel_params(gpu_spec("a100-40gb"), bad)
 
 
 def test_memory_bound_gemv_is_priced_by_its_bytes() -> None:
@@ -108,6 +135,17 @@ def test_gemm_without_shape_runs_at_the_effective_peak() -> None:
 
 
 # --------------------------------------------------------------------- quantisation
+def test_split_k_fills_the_sms_of_a_gemm_with_few_tiles() -> None:
+    """One 128x128 tile and a long k: split 16 ways it occupies 16 SMs, not one."""
+    km = single_tile_model()
+    split = KernelModel(km.spec, params=dataclasses.replace(km.params, gemm_split_k=(1, 16)))
+    g = gemm(128, 128, 65536)
+    assert km.kernel_time_s(g) / split.kernel_time_s(g) == pytest.approx(16.0, rel=1e-9)
+    # a GEMM that fills every SM already gains nothing
+    full = gemm(128 * 12, 128 * 11, 8192)
+    assert split.kernel_time_s(full) == pytest.approx(km.kernel_time_s(full))
+
+
 def test_wave_quantisation_one_extra_tile_costs_a_second_wave() -> None:
     km = single_tile_model()
     sms = km.spec.sm_count  # 132 = 12 x 11 tiles of 128 x 128
@@ -119,11 +157,14 @@ def test_wave_quantisation_one_extra_tile_costs_a_second_wave() -> None:
 
 
 def test_wave_quantisation_visible_with_default_tiles() -> None:
-    """Just past a full wave of the best tile, the time jumps (smaller tiles help a bit)."""
+    """Just past a full wave of the best tile, the time jumps (smaller tiles help a bit);
+    splitting k softens the jump (the partial second wave is shared out), never removes it."""
     n = 128 * 11
-    at = H100.kernel_time_s(gemm(256 * 12, n, 8192))
-    past = H100.kernel_time_s(gemm(256 * 12 + 64, n, 8192))
+    at, past = (H100.kernel_time_s(gemm(m, n, 8192)) for m in (256 * 12, 256 * 12 + 64))
     assert past / at > 1.3
+    split = KernelModel("h100", params=dataclasses.replace(H100.params, gemm_split_k=(1, 2, 4)))
+    at, past = (split.kernel_time_s(gemm(m, n, 8192)) for m in (256 * 12, 256 * 12 + 64))
+    assert 1.05 < past / at < 1.3
 
 
 def test_tile_quantisation_padding_costs_a_whole_tile() -> None:
@@ -208,7 +249,10 @@ def test_defaults_merge_vendor_and_gpu_overrides() -> None:
     h100, rtx = kernel_params(gpu_spec("h100")), kernel_params(gpu_spec("rtx5000"))
     assert h100.hbm_efficiency == 0.90 and rtx.hbm_efficiency == 0.85  # override vs vendor
     assert h100.gemm_tiles == rtx.gemm_tiles
-    assert KernelModel("h100").overlap_slowdown == 1.2  # the vendor default (kernel_defaults.yaml)
+    # interference: the vendor default (kernel_defaults.yaml), a GPU's own trace fit
+    assert KernelModel("h100").interference == Interference(1.01, 1.0)
+    assert KernelModel("a100-40gb").interference == Interference(1.03, 1.03)
+    assert KernelModel("h100").overlap_slowdown == 1.01  # the compute-bound factor
 
 
 def test_malformed_defaults_file_names_file_and_field(tmp_path: Path) -> None:
@@ -223,8 +267,11 @@ def test_malformed_defaults_file_names_file_and_field(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------- properties
 dims = st.integers(min_value=1, max_value=20000)
-gpus = st.sampled_from(["h100", "a100-40gb", "mi250x-gcd", "mi300x"])
+gpus = st.sampled_from(["h100", "a100-40gb", "mi250x-gcd", "mi300x", "h100-split-k"])
 MODELS = {g: KernelModel(g) for g in ["h100", "a100-40gb", "mi250x-gcd", "mi300x"]}
+MODELS["h100-split-k"] = KernelModel(
+    "h100", params=dataclasses.replace(H100.params, gemm_split_k=(1, 2, 4, 8, 16))
+)
 
 
 @settings(max_examples=150, deadline=None)

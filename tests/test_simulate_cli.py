@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
+from simulator.trace_io import read_trace_json
 from tests.cli_helpers import one_line_error
 
 CONTRACT = {
@@ -79,9 +80,10 @@ def test_outputs_and_perfetto_trace(tmp_path: Path, capsys: pytest.CaptureFixtur
         == 0
     )
     capsys.readouterr()
-    for name in ("report.json", "config.resolved.yaml", "timeline.csv", "links.csv", "trace.json"):
-        assert (out / name).is_file()
-    trace = json.loads((out / "trace.json").read_text())
+    for name in ("report.json", "config.resolved.yaml", "timeline.csv", "links.csv",
+                 "trace.json.gz", "rank_map.json", "timeline.png", "breakdown.svg"):  # fmt: skip
+        assert (out / name).is_file(), name
+    trace = read_trace_json(out / "trace.json.gz")
     events = trace["traceEvents"]
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     assert {e["pid"] for e in kernels} == {0, 1, 2, 3}

@@ -7,7 +7,8 @@ human units in the YAML field names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
@@ -28,6 +29,8 @@ class GpuSpec:
     hbm_bandwidth_Bps: float
     empirical_gemm_flops: float | None
     sm_count: int
+    device_names: tuple[str, ...] = field(default=())
+    silicon: str = ""
 
     @property
     def peak_tflops(self) -> float:
@@ -56,6 +59,8 @@ def gpu_catalogue() -> dict[str, GpuSpec]:
             hbm_bandwidth_Bps=float(d["hbm_bandwidth_GBps"]) * 1e9,
             empirical_gemm_flops=None if emp is None else float(emp) * 1e12,
             sm_count=int(d["sm_count"]),
+            device_names=tuple(str(p) for p in d.get("device_names") or ()),
+            silicon=str(d.get("silicon") or name),
         )
     return out
 
@@ -67,3 +72,51 @@ def gpu_spec(name: str) -> GpuSpec:
     if key not in cat:
         raise TopologyError(f"unknown GPU '{name}' (known: {', '.join(sorted(cat))})")
     return cat[key]
+
+
+MEMORY_MATCH = 0.10
+"""Relative tolerance between a device's totalGlobalMem (GiB) and a catalogue memory_GB:
+the catalogue counts usable 10^9-byte GB while devices report bytes, whose GiB figure sits
+1-3% below the marketed size (40 GB A100: 39.4 GiB; 80 GB: 79.2 GiB; MI300X: 191.5 GiB)."""
+
+
+def _memory_matches(spec: GpuSpec, memory_bytes: float) -> bool:
+    reported_gib = memory_bytes / 2**30
+    return abs(reported_gib - spec.memory_bytes / 1e9) <= MEMORY_MATCH * spec.memory_bytes / 1e9
+
+
+def _by_name(device_name: str, specs: list[GpuSpec]) -> GpuSpec | None:
+    """The entry whose device_names pattern matches the most characters (GH200 over H200)."""
+    best: tuple[int, GpuSpec] | None = None
+    for spec in specs:
+        for pattern in spec.device_names:
+            m = re.search(pattern, device_name, re.IGNORECASE)
+            if m and (best is None or len(m.group(0)) > best[0]):
+                best = (len(m.group(0)), spec)
+    return best[1] if best else None
+
+
+def identify_gpu(
+    device_name: str,
+    vendor: str,
+    sm_count: int | None = None,
+    memory_bytes: float | None = None,
+) -> str | None:
+    """The catalogue key of a profiled device, or None when it cannot be told apart.
+
+    The name decides when a `device_names` pattern matches it; the properties (SM/CU count
+    and memory, as a trace's deviceProperties give them) then only move it to the sibling
+    entry of the same silicon whose memory matches (Meta's "A100-PG509-200" is the 40 GB
+    part). A generic name ("AMD Radeon Graphics", as ROCm reports MI250 GCDs) is resolved
+    from the properties alone: the one entry of that vendor with this SM count and memory.
+    """
+    named = _by_name(device_name, list(gpu_catalogue().values())) if device_name else None
+    specs = [s for s in gpu_catalogue().values() if s.vendor == vendor]
+    if sm_count is None or memory_bytes is None or memory_bytes <= 0:
+        return named.name if named else None
+    same = [s for s in specs if s.sm_count == int(sm_count) and _memory_matches(s, memory_bytes)]
+    if named is not None:
+        if named.sm_count != int(sm_count) or _memory_matches(named, memory_bytes):
+            return named.name
+        return same[0].name if len(same) == 1 else named.name
+    return same[0].name if len(same) == 1 else None

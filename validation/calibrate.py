@@ -9,7 +9,12 @@ type of the catalogue:
   over the message size, every measured size within `tolerance` of its line, plus a
   size-agnostic bus-bandwidth table for unmeasured group sizes (validation.calibrate_comm);
 - the compute slowdown under overlapping communication, when the traces show enough
-  same-shape GEMMs with and without it;
+  same-shape GEMMs with and without it, and the interference factors of compute-bound and
+  memory-bound kernels from identical launches with and without it;
+- for a GPU, every kernel-model term its traces have the evidence for
+  (validation.kernel_terms): the GEMM peak under the efficiency curve and the GEMM fixed
+  time, the achieved memory bandwidth and fixed time of memory-bound kernels, the
+  attention rate, the launch gap, the host issue time per kernel;
 - for a CPU host (no GEMM efficiency curve): the effective GEMM rate, the memory-bound
   rate and fixed time, the attention rate, and, when the traced program is known (a
   torch4d run.json beside the traces), the per-op launch overhead that closes the step's
@@ -38,6 +43,7 @@ from simulator.cost.calibration import (
     CollectiveTable,
     GemmTable,
     GpuCalibration,
+    InterferenceFit,
     KernelRates,
     Provenance,
     TraceRef,
@@ -70,6 +76,7 @@ from validation.calibrate_kernels import (
     gemm_table,
     resolve_statistic,
 )
+from validation.kernel_terms import fit_gpu_terms
 from validation.measured import MeasuredRun, iteration_time_s, load_run
 from validation.simulate_run import simulate_torch4d
 from validation.torch4d.config import RunSpec
@@ -189,6 +196,17 @@ def _host_rates(
     return rates.model_copy(update={"launch_overhead_s": overhead})
 
 
+def _device_terms(
+    gpu: str, ev: _GpuEvidence, notes: dict[str, Any]
+) -> tuple[KernelRates | None, InterferenceFit | None]:
+    """A GPU's kernel-model terms fitted on its traces (validation.kernel_terms)."""
+    if gpu == "cpu" or not ev.traces:
+        return None, None
+    terms = fit_gpu_terms({gpu: ev.traces})[gpu]
+    notes["kernel_terms"] = terms.notes()
+    return terms.rates(), terms.interference()
+
+
 def _gpu_calibration(
     gpu: str, ev: _GpuEvidence, tables: list[Any], statistic: Statistic, notes: dict[str, Any]
 ) -> GpuCalibration:
@@ -201,11 +219,13 @@ def _gpu_calibration(
     overlap = fit_overlap_slowdown(ev.traces) if ev.traces else None
     notes["overlap_slowdown"] = overlap.note if overlap else "no traces"
     rates = _host_rates(ev, gemm, tables, notes) if gpu == "cpu" and ev.host else None
+    device_rates, interference = _device_terms(gpu, ev, notes)
     return GpuCalibration(
         gemm=gemm,
         collectives=tuple(tables),
         overlap_slowdown=overlap.slowdown if overlap else None,
-        rates=rates,
+        interference=interference,
+        rates=rates or device_rates,
     )
 
 

@@ -18,7 +18,6 @@ for (validation.calibrate_comm), so comparisons use it.
 
 from __future__ import annotations
 
-import re
 import statistics
 from bisect import bisect_left
 from collections import Counter, defaultdict
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.timeline import Timeline
+from topologies.hardware import identify_gpu
 from validation.collective_groups import Signature, resolve_threads
 from validation.errors import TraceError
 from validation.torch4d.config import RunSpec
@@ -44,30 +44,21 @@ from validation.trace.model import ParsedTrace
 from workloads.graph import Program
 from workloads.ops import CollectiveOp
 
-GPU_NAMES: tuple[tuple[str, str], ...] = (
-    (r"GH200", "gh200"),
-    (r"H200", "h200"),
-    (r"H100|H800", "h100"),  # H800: an H100 with fewer NVLinks; the node model differs
-    (r"A100.*40\s*GB", "a100-40gb"),
-    (r"A100", "a100-80gb"),  # A100-SXM4-80GB, A100-PG509-200 (80 GB)
-    (r"V100.*16\s*GB", "v100-16gb"),
-    (r"V100", "v100-32gb"),
-    (r"\bA40\b", "a40"),
-    (r"RTX 5000", "rtx5000"),
-    (r"MI300X", "mi300x"),
-    (r"MI250", "mi250x-gcd"),
-)
-"""deviceProperties names (regex, first match wins) -> GPU catalogue keys."""
 
+def catalogue_gpu(
+    device_name: str,
+    vendor: str,
+    sm_count: int | None = None,
+    memory_bytes: float | None = None,
+) -> str | None:
+    """The catalogue key of a trace's device ('cpu' for CPU-only traces); None if unknown.
 
-def catalogue_gpu(device_name: str, vendor: str) -> str | None:
-    """The catalogue key of a trace's device ('cpu' for CPU-only traces); None if unknown."""
-    if not device_name:
-        return "cpu" if vendor == "cpu" else None
-    for pattern, key in GPU_NAMES:
-        if re.search(pattern, device_name, re.IGNORECASE):
-            return key
-    return None
+    By name where the catalogue knows it, else by the device's properties (SM/CU count and
+    memory: ROCm's generic "AMD Radeon Graphics"); see topologies.hardware.identify_gpu.
+    """
+    if not device_name and vendor == "cpu":
+        return "cpu"
+    return identify_gpu(device_name, vendor, sm_count, memory_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +229,15 @@ def _gpu_of(timeline: Timeline, gpu: str | None, label: str) -> str:
     traces: dict[int, ParsedTrace] = timeline.metadata["traces"]  # type: ignore[assignment]
     found = {}
     for rank, t in traces.items():
-        key = catalogue_gpu(t.info.gpu, t.info.vendor)
+        key = catalogue_gpu(t.info.gpu, t.info.vendor, t.info.sm_count, t.info.memory_bytes)
         if key is None:
+            props = (
+                f" ({t.info.sm_count} SMs/CUs, {t.info.memory_bytes / 2**30:.1f} GiB)"
+                if t.info.sm_count and t.info.memory_bytes
+                else ""
+            )
             raise TraceError(
-                f"{t.info.path} rank {rank}: device '{t.info.gpu}' is not in the GPU "
+                f"{t.info.path} rank {rank}: device '{t.info.gpu}'{props} is not in the GPU "
                 f"catalogue (give --gpu NAME)"
             )
         found[rank] = key

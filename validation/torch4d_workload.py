@@ -243,7 +243,7 @@ class _Step:
         self.iterator = None
         self.grad_sync()
         b.phase = "optimizer"
-        optimizer_step(b, self.local_params(), self.spec.optimizer)
+        optimizer_step(b, self.local_params(), self.spec.optimizer, master_weights=False)
         return b.build()
 
     def grad_sync(self) -> None:

@@ -1,5 +1,11 @@
 """Transformer model specs (GPT-style and Llama-style), their GEMM shapes and FLOPs.
 
+GPT-style (Megatron's GPT): LayerNorm, GeLU MLP, learned positions, biases, tied
+embeddings, dropout. Llama-style (Touvron et al. 2023; Dubey et al. 2024): RMSNorm,
+SwiGLU MLP, grouped-query attention, rotary positions, no biases, an untied output
+layer, no dropout. Parameters are counted per architecture, so Llama 3 405B counts
+405.85B (126 blocks of 3.19B, two 128,256 x 16,384 embeddings).
+
 The FLOPs formula is Narayanan et al. (2021), the one the AxoNN paper reports against:
 96·T·l·h²·(1 + s/(6h) + V/(16·l·h)) for a GPT with activation recomputation, T tokens per
 batch. `model_flops_per_iteration` generalises it (gated MLPs, grouped-query attention,
@@ -17,6 +23,8 @@ import yaml
 from workloads.errors import WorkloadError
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +41,12 @@ class TransformerSpec:
     gated_mlp: bool = False  # SwiGLU: up projection to 2·ffn_hidden
     kv_heads: int | None = None  # grouped-query attention; default = heads
     dtype: str = "bf16"
+    # architecture family (GPT-style defaults; the Llama presets set the other values):
+    norm: str = "layernorm"  # 'layernorm' (weight and bias) or 'rmsnorm' (weight only)
+    position: str = "learned"  # 'learned' position embedding (seq_len x hidden) or 'rope'
+    bias: bool = True  # biases on the linear layers
+    tied_embeddings: bool = True  # the output layer reuses the word embedding
+    dropout: bool = True  # hidden and attention dropout (their 1-byte masks are stored)
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len", "vocab"):
@@ -46,6 +60,11 @@ class TransformerSpec:
             raise WorkloadError(
                 f"model.kv_heads ({self.kv_heads}) must divide model.heads ({self.heads})"
             )
+        for f, allowed in (("norm", NORMS), ("position", POSITIONS)):
+            if getattr(self, f) not in allowed:
+                raise WorkloadError(
+                    f"model.{f} '{getattr(self, f)}' unknown (use one of {', '.join(allowed)})"
+                )
         if self.dtype not in DTYPE_BYTES:
             raise WorkloadError(
                 f"model.dtype '{self.dtype}' unknown (use one of {', '.join(DTYPE_BYTES)})"
@@ -87,19 +106,43 @@ class TransformerSpec:
         ]
 
     @property
+    def norm_params(self) -> int:
+        """Parameters of one normalisation: LayerNorm's weight and bias, RMSNorm's weight."""
+        return (2 if self.norm == "layernorm" else 1) * self.hidden
+
+    @property
+    def bias_params_per_layer(self) -> int:
+        """Biases of a block's four linear layers (0 without biases)."""
+        return sum(n for _, _, n in self.linear_shapes()) if self.bias else 0
+
+    @property
     def params_per_layer(self) -> int:
         linear = sum(k * n for _, k, n in self.linear_shapes())
-        biases = self.qkv_out + self.hidden + self.mlp_up_out + self.hidden
-        layernorms = 4 * self.hidden
-        return linear + biases + layernorms
+        return linear + self.bias_params_per_layer + 2 * self.norm_params
+
+    @property
+    def position_params(self) -> int:
+        """The learned position embedding (none with rotary embeddings)."""
+        return self.seq_len * self.hidden if self.position == "learned" else 0
 
     @property
     def embedding_params(self) -> int:
-        return self.vocab * self.hidden + self.seq_len * self.hidden
+        return self.vocab * self.hidden + self.position_params
+
+    @property
+    def output_params(self) -> int:
+        """The output layer's own weight (none when tied to the word embedding)."""
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
 
     @property
     def num_params(self) -> int:
-        return self.layers * self.params_per_layer + self.embedding_params + 2 * self.hidden
+        """All parameters: blocks, embeddings, the final norm and an untied output layer."""
+        return (
+            self.layers * self.params_per_layer
+            + self.embedding_params
+            + self.norm_params
+            + self.output_params
+        )
 
 
 def layer_forward_flops(spec: TransformerSpec, tokens: float) -> float:

@@ -13,7 +13,7 @@ Conventions
   Stream order is implicit: an op also waits for the previous op on its stream.
 - Collective `bytes` is the full buffer S, as nccl-tests count it: the input of
   all-reduce, reduce-scatter and all-to-all, the output (= shard x group) of all-gather,
-  the buffer of broadcast and reduce.
+  the buffer of broadcast and reduce, what each member sends in a ring exchange.
 - A collective's `tag` identifies it among the collectives of its group; all participants
   of one collective use the same tag. Ops on the same group are matched by tag and must
   appear in the same order on every member.
@@ -48,6 +48,10 @@ class CollectiveKind(StrEnum):
     BROADCAST = "broadcast"
     REDUCE = "reduce"
     SEND_RECV = "send-recv"  # a point-to-point transfer (internal: one send + one recv)
+    # every member sends S bytes to the next member of the group and receives S from the
+    # previous one, all at once (torch batch_isend_irecv on a ring: Transformer Engine's
+    # context-parallel KV exchange); S is per member
+    RING_EXCHANGE = "ring-exchange"
 
 
 def bus_factor(kind: CollectiveKind, p: int) -> float:

@@ -18,7 +18,7 @@ send/recv time is reported under its own key 'pp'):
 | strategy | groups -> report |
 |---|---|
 | axonn | x, y, z, data (and world) as named |
-| megatron | tp -> x, dp -> data, embed -> data, pp -> pp |
+| megatron | tp -> x, dp -> data, embed -> data, pp -> pp, cp -> cp |
 | zero3, fsdp, hsdp | shard -> z, replicate -> data, dp -> data |
 | zeropp, zeropp-hier | shard, zpair, zpair_x, znode, znode_x, zinter -> z; dp -> data |
 | fsdp-tp | tp -> x, shard -> z, replicate -> data, dp -> data |
@@ -95,11 +95,19 @@ def _optimus_degrees(params: OptimusParallel, gpus: int) -> dict[str, int]:
 def _hybrid_degrees(params: ParallelConfig, gpus: int) -> dict[str, int]:
     tp = getattr(params, "tp", None) or 1
     pp = getattr(params, "pp", None) or 1
-    if gpus % (tp * pp):
-        raise WorkloadError(
-            f"parallel: tp*pp = {tp}*{pp} = {tp * pp} does not divide the {gpus} GPUs"
+    cp = 1
+    if isinstance(params, MegatronParallel):
+        pp, cp = params.pipeline_size or 1, params.cp
+    if gpus % (tp * pp * cp):
+        what = (
+            f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}"
+            if cp > 1
+            else f"tp*pp = {tp}*{pp} = {tp * pp}"
         )
-    out = {"tp": tp, "pp": pp, "dp": gpus // (tp * pp)}
+        raise WorkloadError(f"parallel: {what} does not divide the {gpus} GPUs")
+    out = {"tp": tp, "pp": pp, "dp": gpus // (tp * pp * cp)}
+    if cp > 1:
+        out["cp"] = cp
     shard = getattr(params, "shard", None)
     if shard is not None and out["dp"] % shard:
         raise WorkloadError(

@@ -13,6 +13,15 @@ LayerNorm, MLP up, GeLU/SwiGLU, MLP down, residual. Backward runs the mirror; wi
 activation checkpointing the block's forward is recomputed first (communication
 included), with selective recompute only the attention kernel is.
 
+The non-GEMM kernels are the ones a real torch block launches: `data/block_kernels.yaml`
+lists them in launch order, counted from a Kineto trace of our torch implementation of
+one block (validation/block_inventory.py; eager PyTorch: the LayerNorm, bias adds,
+attention, GeLU, residual adds forward; the bias-gradient sums, GeLU backward, LayerNorm
+backwards, gradient accumulation and the copies that bring q, k, v gradients back to the
+QKV layout backward), each with the tensors it reads and writes in the block's sizes.
+The emitter places them between the linear layers where the trace had them and prices
+them by their bytes (memory-bound).
+
 Subclasses implement `linear_forward` / `linear_backward` (the layout type `L` is theirs)
 and may override the LayerNorm hooks (Optimus adds a row all-reduce of statistics) and
 `forward_successor` (which layer's weights a prefetch should fetch next).
@@ -22,7 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Generic, TypeVar
+
+import yaml
 
 from workloads.builder import ProgramBuilder
 from workloads.models import TransformerSpec
@@ -33,6 +46,44 @@ ATTENTION_BACKWARD_FACTOR = 2.5  # flash-attention backward FLOPs / forward FLOP
 LINEAR_NAMES = ("qkv", "attn_out", "mlp_up", "mlp_down")  # module order in a block
 ADAM_BYTES_PER_PARAM = 36.0  # optimizer step: bytes read + written per parameter (Adam)
 SGD_BYTES_PER_PARAM = 14.0
+RANGE_LINEARS = {"attention": ("qkv", "attn_out"), "mlp": ("mlp_up", "mlp_down")}
+RANGE_NORMS = {"attention": "ln1", "mlp": "ln2"}
+ROLE_FLOPS = {"norm": (8.0, 12.0), "activation": (8.0, 12.0)}
+"""FLOPs per element read (forward, backward) of a kernel role; 1 for the others. Only the
+vector roofline sees them: every such kernel is memory-bound on the GPUs modelled."""
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One non-GEMM kernel of a block (a row of data/block_kernels.yaml).
+
+    `slot` is where it runs in its range (attention or MLP): 0 before the range's first
+    linear layer, 1 after it, 2 after the second (backward: the mirror). `read` and
+    `write` name the tensors it moves in the block's sizes (T*h, T*3h, T*4h, h, 3h, 4h, T,
+    T*heads; ':f32' for fp32 tensors).
+    """
+
+    phase: str
+    range: str
+    slot: int
+    op: str
+    role: str
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+
+
+@cache
+def block_kernels() -> tuple[KernelRow, ...]:
+    """The block's non-GEMM kernels in launch order (data/block_kernels.yaml)."""
+    text = resources.files("workloads").joinpath("data/block_kernels.yaml").read_text()
+    return tuple(
+        KernelRow(
+            str(r["phase"]), str(r["range"]), int(r["slot"]), str(r["op"]), str(r["role"]),
+            tuple(str(x) for x in r["read"]), tuple(str(x) for x in r["write"]),
+        )
+        for r in yaml.safe_load(text)["rows"]
+    )  # fmt: skip
+
 
 L = TypeVar("L")
 
@@ -57,6 +108,7 @@ class BlockShape:
     seq_len: int
     gated: bool
     flash_attention: bool = True
+    rope: bool = False  # rotary position embedding applied to q and k (Llama)
 
     @property
     def res_elems(self) -> int:
@@ -85,13 +137,65 @@ class BlockShape:
         """Elements of the s x s attention scores of all local heads (unfused attention)."""
         return self.attn_tokens * self.seq_len * self.heads
 
+    def elems(self, symbol: str, attention: bool = False) -> int:
+        """Elements on this GPU of one of block_kernels.yaml's tensor sizes; `attention`:
+        the tensor sits between QKV and attention-out (heads x head_dim wide)."""
+        hd = self.heads * self.head_dim
+        table = {
+            "T*h": self.attn_tokens * hd if attention else self.res_elems,
+            "T*3h": self.attn_tokens * self.qkv_width,
+            "T*4h": self.act_elems,
+            "h": hd if attention else self.res_width,
+            "3h": self.qkv_width,
+            "4h": self.act_width,
+            "T": self.res_tokens,
+            "T*heads": self.attn_tokens * self.heads,
+        }
+        return table[symbol]
 
-def optimizer_step(b: ProgramBuilder, params: float, optimizer: str) -> int:
-    """The optimizer kernel over `params` parameters (memory-bound, fp32 state)."""
-    per_param = ADAM_BYTES_PER_PARAM if optimizer == "adam" else SGD_BYTES_PER_PARAM
-    return b.compute(
-        "optimizer.step", C.OPTIMIZER, 12.0 * params, per_param * params, dtype_bytes=4
-    )
+
+OPTIMIZER_KERNELS: tuple[tuple[str, float, float], ...] = (
+    ("grad_norm", 4.0, 2.0),
+    ("clip_grad", 8.0, 1.0),
+    ("adam", 28.0, 12.0),
+    ("param_copy", 6.0, 0.0),
+    ("zero_grad", 4.0, 0.0),
+)
+"""The step of Adam with fp32 master weights, as Megatron-LM (and Megatron-AxoNN, which
+the AxoNN paper's runs used: --bf16 --clip-grad 1.0) runs it, per parameter: (kernel,
+bytes, FLOPs). Sources, megatron/optimizer/ (Float16OptimizerWithFloat16Params,
+clip_grads.py): bf16 training keeps fp32 main gradients (accumulate_allreduce_grads_in_fp32
+is forced on for bf16), so the step reads them directly; clip_grad_norm_fp32 computes the
+norm with apex multi_tensor_l2norm (read 4 B) and, when the norm exceeds max_norm,
+rescales with multi_tensor_scale (read and write 4 B); apex FusedAdam's multi_tensor_adam
+reads the fp32 parameter, gradient and both moments and writes the parameter and moments
+(7 x 4 B); _copy_main_params_to_model_params writes the bf16 model copy (read 4, write
+2 B); the next step zeroes the fp32 gradient buffer (write 4 B). Memory-bound on every GPU
+modelled (Adam's ~12 FLOPs per 28 B)."""
+
+
+def optimizer_step(
+    b: ProgramBuilder, params: float, optimizer: str, *, master_weights: bool = True
+) -> int:
+    """The optimizer step over `params` parameters (memory-bound kernels, fp32 state).
+
+    `master_weights` (default, bf16/fp16 training as the strategies model it): Adam's
+    OPTIMIZER_KERNELS (gradient norm and clipping, the update, the bf16 copy, zeroing the
+    gradients) or SGD's update alone. Without master weights (the parameters are the
+    optimizer's, as in validation/torch4d's runs): one kernel moving ADAM_BYTES_PER_PARAM
+    (or SGD's) per parameter. Returns the last kernel's index.
+    """
+    if not master_weights or optimizer != "adam":
+        per_param = ADAM_BYTES_PER_PARAM if optimizer == "adam" else SGD_BYTES_PER_PARAM
+        return b.compute(
+            "optimizer.step", C.OPTIMIZER, 12.0 * params, per_param * params, dtype_bytes=4
+        )
+    last = -1
+    for name, nbytes, flops in OPTIMIZER_KERNELS:
+        last = b.compute(
+            f"optimizer.{name}", C.OPTIMIZER, flops * params, nbytes * params, dtype_bytes=4
+        )
+    return last
 
 
 class BlockEmitter(Generic[L]):
@@ -141,12 +245,35 @@ class BlockEmitter(Generic[L]):
         """Backward of one linear layer (dI and dW GEMMs + communication)."""
         raise NotImplementedError
 
+    def kernel(self, name: str, row: KernelRow, attention: bool = False) -> None:
+        """One memory-bound kernel of the inventory: its tensors' bytes on this GPU."""
+        sh, db = self.shape, self.db
+        gated_out = 0.5 if row.role == "activation" and row.phase == "fwd" and sh.gated else 1.0
+
+        def size(names: tuple[str, ...], scale: float = 1.0) -> tuple[float, float]:
+            elems = nbytes = 0.0
+            for t in names:
+                symbol, _, dtype = t.partition(":")
+                n = sh.elems(symbol, attention) * scale
+                elems += n
+                nbytes += n * (4 if dtype == "f32" else db)
+            return elems, nbytes
+
+        read_elems, read_bytes = size(row.read)
+        _, write_bytes = size(row.write, gated_out)
+        per = ROLE_FLOPS.get(row.role, (1.0, 1.0))[0 if row.phase == "fwd" else 1]
+        self.b.compute(name, C.ELEMENTWISE, per * read_elems, read_bytes + write_bytes)
+
+    def _norm_row(self, phase: str) -> KernelRow:
+        return next(r for r in block_kernels() if r.role == "norm" and r.phase == phase)
+
     def layernorm_forward(self, name: str) -> None:
-        """A LayerNorm on the residual stream (Optimus adds its statistics all-reduce)."""
-        self.elementwise(name, self.shape.res_elems, 2, 8)
+        """A LayerNorm on the residual stream, as the block inventory's norm kernel (Optimus
+        adds its statistics all-reduce)."""
+        self.kernel(name, self._norm_row("fwd"))
 
     def layernorm_backward(self, name: str) -> None:
-        self.elementwise(name, self.shape.res_elems, 4, 12)
+        self.kernel(name, self._norm_row("bwd"))
 
     def forward_successor(self, layer: int) -> tuple[L, str] | None:
         """The linear whose weights follow block `layer`'s last one in module order."""
@@ -207,51 +334,91 @@ class BlockEmitter(Generic[L]):
             sh.attention_shape,
         )
 
+    def rotary(self, layer: int, backward: bool) -> None:
+        """Rotary embedding of q and k (Megatron-Core applies it outside the core
+        attention, so selective recompute does not repeat it): one memory-bound kernel
+        reading and writing q and k, a multiply-add pair per element."""
+        sh = self.shape
+        if not sh.rope:
+            return
+        q = sh.heads * sh.head_dim
+        elems = sh.attn_tokens * (q + (sh.qkv_width - q) / 2)
+        self.elementwise(f"L{layer}.rope.{'bwd' if backward else 'fwd'}", elems, 2, 3)
+
     def activation_name(self, layer: int) -> str:
         return f"L{layer}.{'swiglu' if self.shape.gated else 'gelu'}"
+
+    def _kernel_name(self, layer: int, row: KernelRow, k: int) -> str:
+        anchor = RANGE_NORMS[row.range] if row.slot == 0 else RANGE_LINEARS[row.range][row.slot - 1]
+        if row.role == "residual":
+            return f"L{layer}.residual{1 if row.range == 'attention' else 2}.{row.phase}"
+        if row.role == "activation":
+            return f"{self.activation_name(layer)}.{row.phase}"
+        return f"L{layer}.{anchor}.{row.role}{'' if k == 0 else k}.{row.phase}"
+
+    def emit_slot(self, layer: int, phase: str, rng: str, slot: int) -> None:
+        """The inventory's kernels of one slot, in launch order (hooks for norms and the
+        attention kernel, which strategies may extend)."""
+        seen: dict[str, int] = {}
+        for row in block_kernels():
+            if (row.phase, row.range, row.slot) != (phase, rng, slot):
+                continue
+            if row.role == "bias" and not self.spec.bias:
+                continue  # Llama-style linears have no biases to add or reduce
+            name = self._kernel_name(layer, row, 0)
+            k = seen[name] = seen.get(name, -1) + 1
+            if row.role == "norm":
+                norm = f"L{layer}.{RANGE_NORMS[rng]}.{phase}"
+                (self.layernorm_forward if phase == "fwd" else self.layernorm_backward)(norm)
+            elif row.role == "attention":
+                if phase == "fwd":
+                    self.attention_forward(layer)
+                else:
+                    self.attention_backward(layer)
+            else:
+                attention = rng == "attention" and slot == 1
+                self.kernel(self._kernel_name(layer, row, k), row, attention)
 
     def block_forward(self, layer: int, recompute: bool) -> None:
         """One block's forward; `recompute` marks the checkpointed re-run in backward
         (prefetch then stays inside the block)."""
-        sh = self.shape
         qkv, out, up, down = self.blocks
         tags = [f"L{layer}.{name}" for name in LINEAR_NAMES]
         order = list(zip(self.blocks, tags, strict=True))
         nexts: list[tuple[L, str] | None] = [*order[1:], None]
         if not recompute:
             nexts[-1] = self.forward_successor(layer)
-        self.layernorm_forward(f"L{layer}.ln1.fwd")
+        self.emit_slot(layer, "fwd", "attention", 0)
         self.linear_forward(qkv, tags[0], nexts[0])
-        self.attention_forward(layer)
+        self.rotary(layer, backward=False)  # on q and k, before the attention slot
+        self.emit_slot(layer, "fwd", "attention", 1)
         self.linear_forward(out, tags[1], nexts[1])
-        self.elementwise(f"L{layer}.residual1.fwd", sh.res_elems, 3)
-        self.layernorm_forward(f"L{layer}.ln2.fwd")
+        self.emit_slot(layer, "fwd", "attention", 2)
+        self.emit_slot(layer, "fwd", "mlp", 0)
         self.linear_forward(up, tags[2], nexts[2])
-        self.elementwise(
-            f"{self.activation_name(layer)}.fwd", sh.act_elems, 1.5 if sh.gated else 2, 8
-        )
+        self.emit_slot(layer, "fwd", "mlp", 1)
         self.linear_forward(down, tags[3], nexts[3])
-        self.elementwise(f"L{layer}.residual2.fwd", sh.res_elems, 3)
+        self.emit_slot(layer, "fwd", "mlp", 2)
 
     def block_backward(self, layer: int) -> None:
         """One block's backward, recomputing its forward first under checkpointing."""
-        sh = self.shape
         qkv, out, up, down = self.blocks
         if self.checkpointing:
             self.b.phase = "recompute"
             self.block_forward(layer, recompute=True)
             self.b.phase = "bwd"
-        self.elementwise(f"L{layer}.residual2.bwd", sh.res_elems, 2)
+        self.emit_slot(layer, "bwd", "mlp", 2)
         self.linear_backward(down, f"L{layer}.mlp_down")
-        self.elementwise(f"{self.activation_name(layer)}.bwd", sh.act_elems, 3, 12)
+        self.emit_slot(layer, "bwd", "mlp", 1)
         self.linear_backward(up, f"L{layer}.mlp_up")
-        self.layernorm_backward(f"L{layer}.ln2.bwd")
-        self.elementwise(f"L{layer}.residual1.bwd", sh.res_elems, 2)
+        self.emit_slot(layer, "bwd", "mlp", 0)
+        self.emit_slot(layer, "bwd", "attention", 2)
         self.linear_backward(out, f"L{layer}.attn_out")
         if self.selective_recompute and not self.checkpointing:
             self.b.phase = "recompute"
             self.attention_forward(layer)
             self.b.phase = "bwd"
-        self.attention_backward(layer)
+        self.emit_slot(layer, "bwd", "attention", 1)
+        self.rotary(layer, backward=True)
         self.linear_backward(qkv, f"L{layer}.qkv")
-        self.layernorm_backward(f"L{layer}.ln1.bwd")
+        self.emit_slot(layer, "bwd", "attention", 0)

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from simulator.schema import stamp
+
 
 def register(app: click.Group) -> None:
     @app.command("bench")
@@ -54,7 +56,7 @@ def register(app: click.Group) -> None:
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise click.BadParameter(f"{out_file}: cannot write a file there", param_hint="--out")
         result = run_bench(cases, show)
-        Path(out_file).write_text(json.dumps(result, indent=2))
+        Path(out_file).write_text(json.dumps(stamp(dict(result)), indent=2))
         table = Table(
             title=f"axsim bench (raw simpy: {result['raw_simpy_events_per_s']:,.0f} events/s)"
         )
@@ -66,9 +68,13 @@ def register(app: click.Group) -> None:
             "events/s",
             "x raw simpy",
             "ops simulated / represented",
+            "kernel model",
             "target",
         ):
-            table.add_column(col, justify="right" if col != "case" else "left")
+            if col == "case":
+                table.add_column(col, justify="left", no_wrap=True)
+            else:
+                table.add_column(col, justify="right")
         for r in result["cases"]:
             if "error" in r:
                 table.add_row(
@@ -79,9 +85,11 @@ def register(app: click.Group) -> None:
                     "",
                     "",
                     "",
+                    "",
                     r.get("target", ""),
                 )
                 continue
+            km = float(r.get("kernel_model_s", 0.0))
             table.add_row(
                 escape(r["name"]),
                 f"{r['wall_time_s']:.2f}",
@@ -90,6 +98,7 @@ def register(app: click.Group) -> None:
                 f"{r['events_per_s']:,.0f}",
                 f"{r['ratio_to_raw_simpy']:.2f}",
                 f"{r['ops_simulated']:,} / {r['ops_represented']:,}",
+                f"{km:.2f} s ({100 * km / r['wall_time_s']:.1f}%)",
                 r.get("target", ""),
             )
         stdout_console().print(table)

@@ -8,6 +8,7 @@ import click
 
 from simulator.commands.params import POSITIVE, FiniteFloat
 from simulator.network.schedules import ALGORITHMS
+from simulator.schema import stamp
 from simulator.units import format_bytes, parse_size_sweep
 from workloads.ops import CollectiveKind
 
@@ -118,7 +119,7 @@ def register(app: click.Group) -> None:
             topo, op, group, placement, sizes, algorithm, network, params, instances, cal, per_node
         )
         if as_json:
-            click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
+            click.echo(json.dumps([stamp(r.as_dict()) for r in rows], indent=2))
             return
         from rich.table import Table
 

@@ -7,6 +7,7 @@ import json
 import click
 
 from simulator.errors import ConfigError
+from simulator.schema import stamp
 from simulator.strategy_search import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_STRATEGIES,
@@ -141,6 +142,6 @@ def register(app: click.Group) -> None:
                 progress=bar,
             )
         if as_json:
-            click.echo(json.dumps(outcomes_json(outcomes), default=str))
+            click.echo(json.dumps([stamp(o) for o in outcomes_json(outcomes)], default=str))
             return
         render_outcomes(outcomes, f"{model} on {gpus} GPUs of {machine}")

@@ -7,6 +7,7 @@ import json
 import click
 
 from simulator.commands.simulate import flag_overrides, resolve_config
+from simulator.schema import stamp
 
 
 def register(app: click.Group) -> None:
@@ -89,10 +90,12 @@ def register(app: click.Group) -> None:
         if as_json:
             click.echo(
                 json.dumps(
-                    {
-                        "ranked": [c.as_dict() for c in ranked],
-                        "best": best.report.to_json() if best else None,
-                    },
+                    stamp(
+                        {
+                            "ranked": [c.as_dict() for c in ranked],
+                            "best": best.report.to_json() if best else None,
+                        }
+                    ),
                     default=str,
                 )
             )

@@ -119,7 +119,25 @@ def register(app: click.Group) -> None:
     @click.option(
         "--trace-ranks",
         default=None,
-        help="Ranks in the trace and timeline (e.g. 0-7,64 or all; default: first 8).",
+        help="Ranks in the traces and timeline (e.g. 0-7,64 or all; default: the first 8, "
+        "or in symmetric mode one rank per class, see rank_map.json).",
+    )
+    @click.option(
+        "--gzip/--no-gzip",
+        "gzip_traces",
+        default=True,
+        help="Compress trace.json and the Kineto traces (default: .json.gz).",
+    )
+    @click.option(
+        "--chakra",
+        is_flag=True,
+        help="Also write Chakra execution traces (chakra/et.R.et + comm_group.json; needs "
+        "pip install 'axsim[chakra]').",
+    )
+    @click.option(
+        "--pictures/--no-pictures",
+        default=True,
+        help="With --out: timeline and breakdown pictures (png, svg, pdf; needs matplotlib).",
     )
     @click.option(
         "--json",
@@ -151,6 +169,9 @@ def register(app: click.Group) -> None:
         calibration: str | None,
         out_dir: str | None,
         trace_ranks: str | None,
+        gzip_traces: bool,
+        chakra: bool,
+        pictures: bool,
         as_json: bool,
         strict_memory: bool,
         progress: bool,
@@ -165,6 +186,12 @@ def register(app: click.Group) -> None:
         )
         if trace_ranks is not None and not out_dir:
             raise ConfigError("--trace-ranks selects the ranks written by --out; give --out DIR")
+        if chakra and not out_dir:
+            raise ConfigError("--chakra writes into the --out folder; give --out DIR")
+        if chakra:
+            from simulator.export_chakra import chakra_schema
+
+            chakra_schema()  # before the simulation: a missing extra is one clear line
         if out_dir:  # traces and timeline.csv show every microbatch
             flags.append("engine.virtual_microbatches=false")
         cfg = resolve_config(config, strategy, flags, sets)
@@ -176,7 +203,9 @@ def register(app: click.Group) -> None:
         report = result.report
         if out_dir:
             ranks = parse_trace_ranks(trace_ranks, result.engine.timeline.world_size)
-            write_outputs(result, out_dir, ranks)
+            write_outputs(
+                result, out_dir, ranks, gzip=gzip_traces, chakra=chakra, pictures=pictures
+            )
         if as_json:
             click.echo(json.dumps(report.to_json(), default=str))
         else:
@@ -184,7 +213,9 @@ def register(app: click.Group) -> None:
             if out_dir:
                 click.echo(
                     f"outputs written to {out_dir.rstrip('/')}/ (report.json, config.resolved.yaml, "
-                    "timeline.csv, links.csv, trace.json, kineto/rank-R.json)"
+                    "timeline.csv, links.csv, rank_map.json, trace.json.gz, kineto/, pictures"
+                    + (", chakra/" if chakra else "")
+                    + ")"
                 )
         if not report.fits_in_memory:
             print(

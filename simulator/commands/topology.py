@@ -15,6 +15,7 @@ import click
 
 from simulator.commands.params import POSITIVE
 from simulator.errors import ConfigError
+from simulator.schema import stamp
 from topologies.fabric import ROUTING_POLICIES
 
 _FLAGS = {
@@ -207,6 +208,6 @@ def register(app: click.Group) -> None:
         topo = build_from_flags(machine, nodes, file, overrides)
         summary = _finite(summarize_topology(topo))
         if as_json:
-            click.echo(json.dumps(summary, indent=2, allow_nan=False))
+            click.echo(json.dumps(stamp(summary), indent=2, allow_nan=False))
             return
         _render(summary)

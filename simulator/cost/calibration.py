@@ -9,11 +9,15 @@ GPU type (keys of topologies/data/gpus.yaml):
 - `collectives`: per (collective, link tier, optional group size) piecewise alpha-beta
   segments (min_bytes, max_bytes, alpha_s, beta_s_per_byte) and/or (bytes, busbw_Bps)
   points, for the network model;
-- `overlap_slowdown`: the factor by which compute stretches while communication runs;
+- `interference` (compute, memory): the factors by which compute-bound and memory-bound
+  kernels stretch while a collective of the same GPU runs beside them
+  (`overlap_slowdown`, the single factor of older files, stretches every kernel when a
+  file has no `interference`);
 - `rates` (optional): fitted rates and overheads that replace the spec-derived constants
-  of the kernel model (GEMM rate for shapes off the table, memory bandwidth, attention
-  rate, per-op launch and host issue overheads). A CPU host has no meaningful GEMM
-  efficiency curve, so there the fitted rate prices every GEMM the table does not cover.
+  of the kernel model (the GEMM peak under the efficiency curve, or a flat GEMM rate for
+  shapes off the table, memory bandwidth, attention rate, per-op launch and host issue
+  overheads). A CPU host has no meaningful GEMM efficiency curve, so there the flat rate
+  prices every GEMM the table does not cover.
 
 GEMM lookup rules (`GemmIndex.match`); batch and dtype_bytes must match exactly:
 - an exact (m, n, k) point gives its measured time;
@@ -202,14 +206,17 @@ class CollectiveTable(BaseModel):
 class KernelRates(BaseModel):
     """Fitted rates and overheads; each one set replaces the kernel model's own constant.
 
-    `gemm_flops_per_s` (+ `gemm_overhead_s`) replaces the efficiency curve for GEMMs off
-    the table: time = max(FLOPs / rate, bytes / memory bandwidth) + overhead.
+    `gemm_peak_flops` replaces P, the bf16/fp16 rate of a large GEMM under the efficiency
+    curve (fitted on the traces' GEMMs of this GPU). `gemm_flops_per_s` (+
+    `gemm_overhead_s`) replaces the curve itself for GEMMs off the table (a CPU host):
+    time = max(FLOPs / rate, bytes / memory bandwidth) + overhead.
     `attention_flops_per_s` prices attention FLOPs (forward and backward alike);
     `memory_bandwidth_Bps` the memory-bound kinds; `min_kernel_s` their fixed time;
     `launch_overhead_s` is added to every op; `issue_*_s` are host dispatch costs.
     """
 
     model_config = Frozen
+    gemm_peak_flops: float | None = Field(default=None, gt=0)
     gemm_flops_per_s: float | None = Field(default=None, gt=0)
     gemm_overhead_s: float | None = Field(default=None, ge=0)
     attention_flops_per_s: float | None = Field(default=None, gt=0)
@@ -220,6 +227,14 @@ class KernelRates(BaseModel):
     issue_collective_s: float | None = Field(default=None, ge=0)
 
 
+class InterferenceFit(BaseModel):
+    """Fitted stretch factors of kernels that overlap communication (None = not fitted)."""
+
+    model_config = Frozen
+    compute: float | None = Field(default=None, ge=1.0)
+    memory: float | None = Field(default=None, ge=1.0)
+
+
 class GpuCalibration(BaseModel):
     """Everything calibrated for one GPU type."""
 
@@ -227,6 +242,7 @@ class GpuCalibration(BaseModel):
     gemm: GemmTable | None = None
     collectives: tuple[CollectiveTable, ...] = ()
     overlap_slowdown: float | None = Field(default=None, gt=0)
+    interference: InterferenceFit | None = None
     rates: KernelRates | None = None
 
     @field_validator("collectives")

@@ -8,9 +8,10 @@ their shapes, by measured/curve ratio in a neighbourhood around them).
 Pricing (constants in data/kernel_defaults.yaml, documented there with their sources):
 
 - GEMM: max(FLOPs / (P · s_dtype · eff(m, n, k, batch)), bytes / B) + gemm fixed time,
-  P = the GPU's empirical GEMM peak when known, else `gemm_peak_fraction` · peak;
-  eff from gemm.py (tile and wave quantisation, tile efficiency, k ramp); B = achievable
-  HBM bandwidth (`hbm_efficiency` · spec). A GEMM without a shape runs at P.
+  P = the rate a large GEMM sustains (`gemm_peak_fraction` · peak · sustained clock
+  fraction, the fraction resolved by one rule for every GPU, kernel_params.py); eff from
+  gemm.py (tile and wave quantisation, tile efficiency, k ramp); B = achievable HBM
+  bandwidth (`hbm_efficiency` · spec). A GEMM without a shape runs at P.
 - attention (flash-attention style, FLOPs supplied by the workload, backward already
   ~2.5x forward): max(FLOPs / (P · s_dtype · f), bytes / B) + gemm fixed time, with f the
   forward or backward fraction (`op.phase == "bwd"` selects backward; recompute is a
@@ -18,11 +19,15 @@ Pricing (constants in data/kernel_defaults.yaml, documented there with their sou
 - elementwise, optimizer, memcpy, quantize: memory-bound,
   max(FLOPs / (vector_peak_fraction · peak), bytes / B) + min kernel time.
 - every op: + launch overhead (the gap between back-to-back kernels on a stream).
+- interference (`interference`, applied by the engine to the part of an op that overlaps
+  a collective of the same GPU): the compute-bound or the memory-bound factor.
 
 Fitted rates (`GpuCalibration.rates`, optional) replace these constants one by one: a
-GEMM rate (+ overhead) replaces P·s_dtype·eff for GEMMs off the table (a CPU host has no
-meaningful efficiency curve), a memory bandwidth replaces B, an attention rate replaces
-P·f, and the fixed, launch and host-issue times replace their defaults.
+GEMM peak replaces P (the curve stays), a GEMM rate (+ overhead) replaces P·s_dtype·eff
+for GEMMs off the table (a CPU host has no meaningful efficiency curve), a memory
+bandwidth replaces B, an attention rate replaces P·f, and the fixed, launch and
+host-issue times replace their defaults; a calibration's interference factors replace
+the defaults'.
 
 `kernel_time_s` is what a profiler reports as the kernel duration; `duration_s` adds the
 launch overhead and is what the engine uses. Results are cached per distinct op.
@@ -40,6 +45,7 @@ from numpy.typing import ArrayLike, NDArray
 from simulator.cost.calibration import Calibration, GemmIndex, KernelRates
 from simulator.cost.gemm import gemm_efficiency
 from simulator.cost.kernel_params import KernelParams, kernel_params
+from simulator.cost.terms import Interference
 from simulator.errors import CostModelError
 from topologies.hardware import GpuSpec, gpu_spec
 from workloads.ops import ComputeKind, ComputeOp, Op
@@ -107,12 +113,11 @@ class KernelModel:
     # ----------------------------------------------------------------- rates
     @property
     def gemm_peak_flops(self) -> float:
-        """P: the empirical GEMM peak if known (unless a fraction fitted on measured kernels
-        of this silicon takes precedence), else the default fraction of the peak."""
-        emp = self.spec.empirical_gemm_flops
-        if emp is None or self.params.fitted_gemm_peak:
-            return self.params.gemm_peak_fraction * self.spec.peak_flops
-        return emp
+        """P: the rate a large GEMM sustains on this GPU (bf16/fp16): fitted on this GPU's
+        traces when the calibration has it, else the preset's one rule (kernel_params)."""
+        p = self.params
+        preset = p.gemm_peak_fraction * self.spec.peak_flops * p.sustained_clock_fraction
+        return _fitted(self.rates.gemm_peak_flops, preset)
 
     @property
     def hbm_Bps(self) -> float:
@@ -144,10 +149,29 @@ class KernelModel:
         return _fitted(r.issue_collective_s, p.cpu_issue_collective_s)
 
     @property
+    def interference(self) -> Interference:
+        """Stretch factors of compute-bound and memory-bound kernels under overlapping
+        communication: the calibration's (fitted on this GPU's traces), else the preset's.
+        A file with only the single factor of older versions (`overlap_slowdown`) meant
+        "compute stretches by this much", and it still applies to every kernel."""
+        p = self.params
+        preset = Interference(p.interference_compute, p.interference_memory)
+        gcal = self.calibration.for_gpu(self.spec.name) if self.calibration else None
+        if gcal is None:
+            return preset
+        fitted = gcal.interference
+        if fitted is None:
+            if gcal.overlap_slowdown is not None:
+                return Interference.uniform(gcal.overlap_slowdown)
+            return preset
+        return Interference(
+            _fitted(fitted.compute, preset.compute), _fitted(fitted.memory, preset.memory)
+        )
+
+    @property
     def overlap_slowdown(self) -> float:
-        """Compute stretch under overlapping communication: calibrated, else the default."""
-        cal = self.calibration.overlap_slowdown(self.spec.name) if self.calibration else None
-        return cal if cal is not None else self.params.overlap_slowdown
+        """The compute-bound interference factor (older single-factor interface)."""
+        return self.interference.compute
 
     def peak_for_dtype(self, dtype_bytes: int) -> float:
         """P scaled to a dtype's tensor-core rate (fp8/int8, bf16/fp16, fp32/TF32)."""
@@ -177,6 +201,7 @@ class KernelModel:
             tiles=p.gemm_tiles,
             tile_intensity_knee=p.gemm_tile_intensity_knee,
             k_ramp=p.gemm_k_ramp,
+            splits=p.gemm_split_k,
         )
 
     def gemm_curve_time_s(
@@ -313,6 +338,28 @@ class KernelModel:
         t += self.launch_overhead_s
         for key, value in zip(keys, t.tolist(), strict=True):
             self._cache[key] = value
+
+    def describe(self) -> dict[str, object]:
+        """The terms this model prices with and where they come from (for reports)."""
+        p, r, i = self.params, self.rates, self.interference
+        fitted = r.gemm_peak_flops is not None
+        return {
+            "gpu": self.spec.name,
+            "gemm_peak_tflops": self.gemm_peak_flops / 1e12,
+            "gemm_peak_source": "fitted on this GPU's traces (calibration)"
+            if fitted
+            else p.gemm_peak_rule,
+            "sustained_clock_fraction": p.sustained_clock_fraction,
+            "hbm_GBps": self.hbm_Bps / 1e9,
+            "hbm_source": "calibration"
+            if r.memory_bandwidth_Bps is not None
+            else f"{p.hbm_efficiency:g} x {self.spec.hbm_bandwidth_Bps / 1e9:g} GB/s spec",
+            "launch_gap_us": self.launch_overhead_s * 1e6,
+            "min_kernel_us": self.min_kernel_s * 1e6,
+            "interference_compute": i.compute,
+            "interference_memory": i.memory,
+            "calibrated": self.calibration is not None,
+        }
 
     def cache_size(self) -> int:
         """Number of distinct ops priced so far."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from simulator.cost.terms import Interference
 from simulator.costmodel import KernelTimer
 from simulator.errors import EngineError
 from workloads.graph import Program
@@ -57,7 +58,8 @@ class CompiledProgram:
     `issue_ps[i]` is when the host thread has dispatched op i (cumulative CPU dispatch
     cost in program order; the CPU never waits for the GPU in these programs), so an op
     cannot start on its stream earlier. `stretch_ps[i]` is the extra time compute op i
-    takes because communication kernels run beside it.
+    takes because communication kernels run beside it (interference) and `launch_ps` the
+    launch gap every compute op's duration includes: reports split them out.
     """
 
     program: Program
@@ -70,6 +72,8 @@ class CompiledProgram:
     stream_names: list[str]
     stream_ops: list[list[int]]
     overlap_s: list[float]
+    stretch_ps: list[int] = field(default_factory=list)
+    launch_ps: int = 0
     compute_ps_total: int = 0
     meta: dict[str, object] = field(default_factory=dict)
 
@@ -82,14 +86,14 @@ def compile_program(
     program: Program,
     kernels: KernelTimer,
     slowdown: float = 1.0,
-    overlap_slowdown: float = 1.0,
+    overlap_slowdown: float | Interference = 1.0,
     duration_cache: dict[object, int] | None = None,
     comm_estimate: CommEstimate | None = None,
 ) -> CompiledProgram:
     """Compile `program`; compute durations come from `kernels`, scaled by `slowdown`
     (a straggler's factor); the part of a compute op that overlaps this rank's
     communication (estimated statically, see `estimate_overlap`) is stretched by
-    `overlap_slowdown`."""
+    `overlap_slowdown` (one factor, or per kernel class)."""
     cache = duration_cache if duration_cache is not None else {}
     stream_index: dict[str, int] = {}
     kinds: list[int] = []
@@ -144,10 +148,9 @@ def compile_program(
         else:  # pragma: no cover - the Op union is closed
             raise EngineError(f"unknown op type {type(op).__name__}")
     overlap = estimate_overlap(program, kinds, base, comms, comm_estimate)
-    durs = base
-    if overlap_slowdown != 1.0:
-        extra = overlap_slowdown - 1.0
-        durs = [d + to_ps(extra * o) if o > 0 else d for d, o in zip(base, overlap, strict=True)]
+    stretch = _stretch(program, overlap, overlap_slowdown)
+    durs = [d + x for d, x in zip(base, stretch, strict=True)] if any(stretch) else base
+    launch = getattr(kernels, "launch_overhead_s", 0.0)
     stream_ops: list[list[int]] = [[] for _ in stream_index]
     for i, s_ in enumerate(streams):
         stream_ops[s_].append(i)
@@ -162,8 +165,22 @@ def compile_program(
         stream_names=list(stream_index),
         stream_ops=stream_ops,
         overlap_s=overlap,
+        stretch_ps=stretch,
+        launch_ps=round(to_ps(launch if isinstance(launch, float | int) else 0.0) * slowdown),
         compute_ps_total=sum(d for d, k in zip(durs, kinds, strict=True) if k == COMPUTE),
     )
+
+
+def _stretch(program: Program, overlap_s: list[float], factors: float | Interference) -> list[int]:
+    """Extra picoseconds of each op: its overlapped seconds x (its class's factor - 1)."""
+    if isinstance(factors, Interference):
+        out = []
+        for op, o in zip(program.ops, overlap_s, strict=True):
+            f = factors.factor(op.kind) if o > 0 and isinstance(op, ComputeOp) else 1.0
+            out.append(to_ps((f - 1.0) * o) if f != 1.0 else 0)
+        return out
+    extra = factors - 1.0
+    return [to_ps(extra * o) if o > 0 and extra != 0.0 else 0 for o in overlap_s]
 
 
 def estimate_overlap(

@@ -49,7 +49,12 @@ from simulator.engine.network import (
 )
 from simulator.engine.periodic import Cut, Warp, host_slack_ok, periods_match, take_cut
 from simulator.engine.regions import find_regions
-from simulator.engine.timeline_build import program_columns, rank_timeline, text_times
+from simulator.engine.timeline_build import (
+    program_columns,
+    rank_timeline,
+    record_issue,
+    text_times,
+)
 from simulator.engine.unroll import OrdinalKey, RegionRun, Unrolled, ordinal_key
 from simulator.errors import EngineError
 from simulator.timeline import Timeline
@@ -245,7 +250,7 @@ class Engine:
                     factor,
                     self.cost.overlap_slowdown,
                     durations,
-                    self._comm_estimator(rep) if self.cost.overlap_slowdown != 1.0 else None,
+                    self._comm_estimator(rep) if self.cost.stretches_overlap else None,
                 )
                 prog = Unrolled(cp, find_regions(program, cp))
                 prog.work = self.work
@@ -388,10 +393,11 @@ class Engine:
             for i in [i for i in r.sync if wb.lo <= i < wb.hi]:
                 r.sync[i] += delta
             r.free = [f + delta for f in r.free]
-            r.ish += copies * wb.run.issue_ps
+            host = copies * wb.run.issue_ps
+            r.ish += host
             for okey, c in wb.run.counts.items():
                 r.oshift[okey] = r.oshift.get(okey, 0) + copies * c
-            r.warps.append(Warp(wa.lo, wb.lo, periods, period, a.time, b.time))
+            r.warps.append(Warp(wa.lo, wb.lo, periods, period, a.time, b.time, host))
         pending: dict[tuple[object, ...], _Pending] = {}
         for key, p in self.pending.items():
             p.ready += delta
@@ -653,7 +659,8 @@ class Engine:
         if r.prog.program.compressed:
             st = np.frombuffer(r.start, dtype=np.int64)
             en = np.frombuffer(r.end, dtype=np.int64)
-            return rank_timeline(r.rank, cols, st, en, r.sync)
+            issue = record_issue(r.prog, r.warps)
+            return rank_timeline(r.rank, cols, st, en, r.sync, issue)
         st, en, sync = text_times(r.prog, r.start, r.end, r.sync, r.warps)
         return rank_timeline(r.rank, cols, st, en, sync)
 

@@ -75,7 +75,8 @@ class Warp:
     """Skipped periods of one rank: records [lo1, lo2) (unrolled indices) stand for
     `periods` more copies, the j-th shifted by j·period_ps; records from lo2 on were moved
     `periods`·period_ps later. [t1, t2) is the compared period on the clock before the
-    skip (picoseconds)."""
+    skip (picoseconds). `host_ps` is what the skipped copies added to the host issue times
+    of records from lo2 on."""
 
     lo1: int
     lo2: int
@@ -83,6 +84,7 @@ class Warp:
     period_ps: int
     t1: int
     t2: int
+    host_ps: int = 0
 
 
 def _window(r: _Rank, now: int) -> tuple[int, int, bool]:

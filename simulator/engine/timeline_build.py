@@ -29,6 +29,7 @@ def _text_columns(cp: CompiledProgram) -> dict[str, np.ndarray]:
     phases = np.empty(n, dtype=object)
     nbytes = np.zeros(n)
     flops = np.zeros(n)
+    launch = np.zeros(n)
     for i, op in enumerate(ops):
         names[i] = op.name
         phases[i] = op.phase
@@ -37,6 +38,7 @@ def _text_columns(cp: CompiledProgram) -> dict[str, np.ndarray]:
             groups[i] = ""
             nbytes[i] = op.bytes
             flops[i] = op.flops
+            launch[i] = cp.launch_ps / PS_PER_S
         elif isinstance(op, CollectiveOp):
             kinds[i] = op.kind.value
             groups[i] = op.group
@@ -49,7 +51,13 @@ def _text_columns(cp: CompiledProgram) -> dict[str, np.ndarray]:
             kinds[i] = "wait"
             groups[i] = ""
     streams = np.array(cp.stream_names, dtype=object)[np.asarray(cp.stream, dtype=np.int64)]
+    stretch = (
+        np.asarray(cp.stretch_ps, dtype=np.float64) / PS_PER_S if cp.stretch_ps else np.zeros(n)
+    )
     return {
+        "issue_s": np.asarray(cp.issue_ps, dtype=np.float64) / PS_PER_S,
+        "launch_s": launch,
+        "interference_s": stretch,
         "name": names,
         "kind": kinds,
         "group": groups,
@@ -117,14 +125,27 @@ def text_times(
     return out_st, out_en, out_sync
 
 
+def record_issue(prog: Unrolled, warps: list[Warp]) -> np.ndarray:
+    """Host issue times (picoseconds) of a compressed program's records, in unrolled
+    order: what the engine read, plus what skipped copies added to the records after
+    them (every record from a skip's lo2 on was issued after the skipped copies)."""
+    issue = np.asarray(prog.issue, dtype=np.int64).copy()
+    for w in warps:
+        issue[w.lo2 :] += w.host_ps
+    return issue
+
+
 def rank_timeline(
     rank: int,
     cols: dict[str, np.ndarray],
     start: np.ndarray,
     end: np.ndarray,
     sync: dict[int, int],
+    issue_ps: np.ndarray | None = None,
 ) -> RankTimeline:
-    """The RankTimeline of one simulated rank from its times (integer picoseconds)."""
+    """The RankTimeline of one simulated rank from its times (integer picoseconds);
+    `issue_ps` replaces the program's host issue times where records are not in text
+    order (see `record_issue`)."""
     st = start.astype(np.float64) / PS_PER_S
     en = end.astype(np.float64) / PS_PER_S
     sync_s = st.copy()
@@ -144,4 +165,7 @@ def rank_timeline(
         flops=cols["flops"],
         phase=cols["phase"],
         sync_start_s=sync_s,
+        launch_s=cols["launch_s"],
+        interference_s=cols["interference_s"],
+        issue_s=cols["issue_s"] if issue_ps is None else issue_ps.astype(np.float64) / PS_PER_S,
     )

@@ -24,6 +24,8 @@ Algorithms (S = full buffer, p = group size, as nccl-tests counts them):
 - direct: all pairs at once (all-to-all; reduce-scatter / all-gather / all-reduce as the
   all-pairs exchange NCCL approximates inside fully connected and NVSwitch nodes, charged
   the ring's p-1 latency steps since a GPU still serialises its p-1 sends).
+- ring exchange (context parallelism's KV ring): every member sends S to the next, one
+  step, whatever algorithm is asked for.
 - hierarchical: reduce-scatter inside each node (or package, then node), the inter-node
   collective among same-local-index GPUs on S/k, then the mirror all-gather.
 """
@@ -208,6 +210,16 @@ def direct_schedule(kind: CollectiveKind, p: int, root: int = 0) -> Schedule:
     if kind is K.SEND_RECV:
         return Schedule("direct", (Phase(np.array([0]), np.array([1]), 1.0, 1),))
     raise CostModelError(f"algorithm 'direct' does not support {kind.value}")
+
+
+def ring_exchange_schedule(p: int) -> Schedule:
+    """Every position sends S to the next one at once: one synchronous step (a ring
+    exchange is p concurrent send/recv pairs, so the network prices it as one phase)."""
+    _check_size(p)
+    if p == 1:
+        return Schedule("direct", ())
+    src = np.arange(p, dtype=np.int64)
+    return Schedule("direct", (Phase(src, np.roll(src, -1), 1.0, 1),))
 
 
 def _tree_edges(order: Sequence[int]) -> tuple[list[int], list[int], int]:
@@ -414,6 +426,8 @@ def build_schedule(
     """The schedule of `algorithm` for `kind` on a group with this layout."""
     if kind is K.SEND_RECV:
         return direct_schedule(kind, 2)
+    if kind is K.RING_EXCHANGE:
+        return ring_exchange_schedule(layout.size)
     if algorithm == "ring":
         return ring_schedule(kind, layout, order, root)
     if algorithm == "tree":
@@ -435,7 +449,7 @@ def candidate_algorithms(kind: CollectiveKind, layout: Layout) -> tuple[str, ...
     Inside one node: ring and the all-pairs exchange; across nodes: ring, plus the double
     binary tree for all-reduce; all-to-all is always direct; broadcast/reduce ring or tree.
     """
-    if kind is K.ALL_TO_ALL or kind is K.SEND_RECV:
+    if kind in (K.ALL_TO_ALL, K.SEND_RECV, K.RING_EXCHANGE):
         return ("direct",)
     single_node = layout.num_nodes == 1
     if kind in (K.BROADCAST, K.REDUCE):

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from simulator.commands.params import NON_NEGATIVE
+from simulator.schema import stamp
 
 EXIT_BEYOND_TOLERANCE = 3
 
@@ -56,7 +57,7 @@ def compare_command(
     result = compare(traces, config, calibration, tolerance, machine, network)
     code = 0 if result.passed else EXIT_BEYOND_TOLERANCE
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(json.dumps(stamp(result.to_json()), indent=2))
         return code
     click.echo(f"{'scope':<10} {'name':<16} {'measured ms':>12} {'simulated ms':>13} {'error':>8}")
     for r in result.rows:

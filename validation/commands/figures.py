@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from simulator.schema import stamp
 from validation.commands.progress import item_bar
 
 
@@ -89,6 +90,7 @@ def register(app: click.Group) -> None:
             ],
         }
         Path(out_dir).mkdir(parents=True, exist_ok=True)
+        summary = stamp(summary)
         (Path(out_dir) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         if as_json:
             click.echo(json.dumps(summary, default=str))

@@ -11,6 +11,7 @@ import os
 
 import click
 
+from simulator.schema import SCHEMA_VERSION, axsim_version
 from validation.commands.progress import item_bar
 from validation.validate import CaseResult
 
@@ -118,6 +119,8 @@ def register(app: click.Group) -> None:
             click.echo(
                 json.dumps(
                     {
+                        "schema_version": SCHEMA_VERSION,
+                        "axsim_version": axsim_version(),
                         "wall_time_s": wall,
                         "reduced": reduced,
                         "cases": [r.as_dict() for r in results],

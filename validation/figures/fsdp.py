@@ -14,6 +14,11 @@ from pathlib import Path
 
 from validation.figures.base import Built, Figure, FigureOutput, Task, task
 from validation.figures.plotting import caption, model_label, pyplot, save
+from validation.figures.published_overlay import (
+    PublishedSeries,
+    register,
+    register_missing,
+)
 from validation.figures.strategies import config_text, strategy_task
 from validation.published import load_yaml, source
 
@@ -88,6 +93,7 @@ def _fsdp_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
         ax.minorticks_off()
         ax.set_xlabel("H100 GPUs (8 per node)")
         ax.set_ylabel("tokens/s per GPU")
+        ax.set_ylim(bottom=0)  # strategies are compared by ratio: the axis starts at zero
         ax.set_title(model_label(m), fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -189,6 +195,23 @@ def _bus_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
     )
     return FigureOutput("nccl-busbw", save(fig, out, "nccl-busbw", text), text, numbers)
 
+
+def _vidur_published() -> list[PublishedSeries]:
+    sizes = _bus_setup(False)[1]
+    fit = vidur_busbw("dgx-h100", sizes) or []
+    return [
+        PublishedSeries(
+            "1 node, bus bandwidth of Vidur's 8-GPU NCCL alpha-beta fit (H100)",
+            sizes[: len(fit)], fit, source("nccl_nvswitch"),
+        )
+    ]  # fmt: skip
+
+
+register("nccl-busbw", _vidur_published)
+register_missing(
+    "fsdp-scaling",
+    "No FSDP / FSDP+TP / FSDP+PP throughput on DGX H100 is held in validation/published/.",
+)
 
 FIGURES = (
     Figure(

@@ -1,8 +1,10 @@
 """Shared drawing and caption helpers (matplotlib with the Agg backend, imported lazily).
 
 Files are written reproducibly: SVG without a date and with fixed element ids (hashsalt),
-PNG without metadata timestamps, so regenerating a figure from the same simulation
-results gives the same bytes.
+PNG and PDF without metadata timestamps, so regenerating a figure from the same
+simulation results gives the same bytes. SVG keeps text as text (editable in Inkscape or
+Illustrator) and PDF embeds TrueType fonts. Every caption ends with what the repository
+publishes for the figure (validation/figures/published_overlay.py).
 """
 
 from __future__ import annotations
@@ -26,22 +28,29 @@ def pyplot() -> Any:
 
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "axsim"
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVG
+    matplotlib.rcParams["pdf.fonttype"] = 42  # TrueType in the PDF (editable)
     import matplotlib.pyplot as plt
 
     return plt
 
 
 def save(fig: Any, out_dir: Path, name: str, caption: str) -> list[Path]:
-    """Write NAME.png, NAME.svg and NAME.md (the caption); close the figure."""
+    """Write NAME.png, NAME.svg, NAME.pdf and NAME.md (the caption, ending with what is
+    published for the figure); close the figure."""
+    from validation.figures.published_overlay import caption_lines
+
     plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
-    png, svg, md = (out_dir / f"{name}.{ext}" for ext in ("png", "svg", "md"))
+    png, svg, pdf, md = (out_dir / f"{name}.{ext}" for ext in ("png", "svg", "pdf", "md"))
     fig.tight_layout()
     fig.savefig(png, dpi=130, bbox_inches="tight", metadata={"Software": None})
     fig.savefig(svg, bbox_inches="tight", metadata={"Date": None})
+    fig.savefig(pdf, bbox_inches="tight", metadata={"CreationDate": None, "ModDate": None})
     plt.close(fig)
-    md.write_text(caption.rstrip() + "\n")
-    return [png, svg, md]
+    published = "\n".join(f"- {line}" for line in caption_lines(name))
+    md.write_text(caption.rstrip() + "\n\n" + published + "\n")
+    return [png, svg, pdf, md]
 
 
 def engine_note(reports: Sequence[Mapping[str, Any]]) -> str:

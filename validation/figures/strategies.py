@@ -19,7 +19,14 @@ from typing import Any
 
 from validation.figures.base import Built, Figure, FigureOutput, Task, task
 from validation.figures.plotting import caption, grid_text, model_label, pyplot, save
+from validation.figures.published_overlay import (
+    PublishedSeries,
+    overlay,
+    register,
+    register_missing,
+)
 from validation.figures.weak_scaling import POINTS, REDUCED_BATCH_TOKENS, search_task, search_what
+from validation.published import axonn_perlmutter, source
 
 MEGATRON_POINTS = [*POINTS["perlmutter"], (1024, "gpt-80b")]
 REDUCED_MEGATRON_POINTS = [(4, "gpt-tiny"), (8, "gpt-tiny")]
@@ -119,6 +126,10 @@ def _megatron_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
         ],
     }
     _grouped(ax, labels, pf, "sustained PFLOP/s")
+    if not reduced:  # AxoNN's published points sit on the AxoNN bars (offset -0.2)
+        overlay(ax, "axonn-vs-megatron", x_map=lambda i: i - 0.2, connect=False)
+    # below the axes: never over the bars or the published markers
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8, frameon=False)
     fig.suptitle("AxoNN vs Megatron-LM on Perlmutter (simulated)")
     numbers, lines = [], []
     for (g, m), a, b in zip(pts, ax_res, mg_res, strict=True):
@@ -274,6 +285,7 @@ def _zero_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
     ax.minorticks_off()
     ax.set_xlabel("GCDs (8 per node)")
     ax.set_ylabel("TFLOP/s per GCD")
+    ax.set_ylim(bottom=0)  # strategies are compared by ratio: the axis starts at zero
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     hi, lo = gcds[-1], gcds[0]
@@ -332,6 +344,30 @@ def _zero_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
     text = caption("ZeRO family on Frontier", what + (STAND_IN if reduced else ""), lines, reports)
     return FigureOutput("zero-frontier", save(fig, out, "zero-frontier", text), text, numbers)
 
+
+def _axonn_published() -> list[PublishedSeries]:
+    """AxoNN's published Perlmutter PFLOP/s at this figure's points (x = bar index)."""
+    pub = {(p.gpus, p.model): p.pflops for p in axonn_perlmutter()}
+    idx = [i for i, pt in enumerate(MEGATRON_POINTS) if pt in pub]
+    return [
+        PublishedSeries(
+            "AxoNN sustained PFLOP/s (Megatron-LM's published numbers are not held)",
+            idx, [pub[MEGATRON_POINTS[i]] for i in idx], source("axonn_perlmutter"),
+        )
+    ]  # fmt: skip
+
+
+register("axonn-vs-megatron", _axonn_published)
+register_missing(
+    "optimus-vs-megatron",
+    "The Optimus paper's throughput and batch numbers have not been transcribed into "
+    "validation/published/.",
+)
+register_missing(
+    "zero-frontier",
+    "The ZeRO++ / hierarchical ZeRO++ numbers on Frontier have not been transcribed into "
+    "validation/published/.",
+)
 
 FIGURES = (
     Figure(

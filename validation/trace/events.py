@@ -43,8 +43,12 @@ GPU_ARG_KEYS = frozenset(
         "Process Group Description",
         "Process Group Ranks",
         "bytes",
+        "grid",
+        "block",
     }
 )
+# Shape args of every other ATen op (the launching op sizes a memory-bound kernel).
+SHAPE_ARG_KEYS = ("Input Dims", "Input type")
 _KEEP_ARGS = re.compile(
     r"^(aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|.*attention.*|.*convolution.*)"
     r"|c10d::|record_param_comms|(nccl|rccl|gloo):|ProfilerStep#)"
@@ -254,7 +258,12 @@ class _Ingest:
         f.gloo = f.gloo or name.startswith("gloo:")
         if name == "record_param_comms" and "Collective name" in args:
             f.comm_args = True
-        kept = args if _KEEP_ARGS.match(name) or name.startswith("Optimizer.step") else None
+        if _KEEP_ARGS.match(name) or name.startswith("Optimizer.step"):
+            kept: dict[str, Any] | None = args
+        elif name.startswith("aten::") and "Input Dims" in args:
+            kept = {k: args[k] for k in SHAPE_ARG_KEYS if k in args}
+        else:
+            kept = None
         self.raw.cpu.append(
             CpuRange(
                 ts, ts + dur, ev["pid"], ev["tid"], name, cat, _int(args.get("External id")), kept

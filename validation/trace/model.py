@@ -36,6 +36,8 @@ class RankInfo:
     base_time_ns: int | None
     n_events: int
     world_size_known: bool = True
+    sm_count: int | None = None  # deviceProperties numSms (CUs on ROCm) of this rank's GPU
+    memory_bytes: float | None = None  # deviceProperties totalGlobalMem
 
     @property
     def wall_start_s(self) -> float | None:
@@ -62,6 +64,26 @@ class GemmInfo:
     op_flops: float
     iteration: int
     family: str
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """Side-table row for one compute kernel (GEMM, attention, memory-bound, memcpy).
+
+    `op_key` is the launching CPU op (kernels of one op share it; -1 when unlinked) and
+    `op` its name; `traffic_bytes` the bytes that op moves (validation.trace.traffic;
+    None when the trace recorded no shapes); `launch_s` the host launch call's time on the
+    trace clock (None when unlinked); `grid` and `block` the launch configuration ("" when
+    the trace has none): kernels with equal name, grid and block do the same work.
+    """
+
+    index: int
+    op_key: int
+    op: str
+    traffic_bytes: float | None
+    launch_s: float | None
+    grid: str
+    block: str
 
 
 @dataclass(frozen=True)
@@ -118,6 +140,7 @@ class ParsedTrace:
     gemms: tuple[GemmInfo, ...]
     collectives: tuple[CollectiveInfo, ...]
     iterations: tuple[Iteration, ...]
+    kernels: tuple[KernelInfo, ...] = ()
 
     def kind_counts(self) -> dict[str, int]:
         """Number of timeline records per kind."""

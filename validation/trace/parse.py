@@ -37,8 +37,9 @@ from validation.trace.events import (
 )
 from validation.trace.gloo import match_c10d, thread_groups
 from validation.trace.link import CpuIndex
-from validation.trace.model import GemmInfo, Iteration, ParsedTrace, RankInfo
-from validation.trace.shapes import gemm_shape
+from validation.trace.model import GemmInfo, Iteration, KernelInfo, ParsedTrace, RankInfo
+from validation.trace.shapes import attention_flops, gemm_shape
+from validation.trace.traffic import op_traffic
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -52,6 +53,7 @@ class _Rows:
     cols: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in _COLUMNS})
     gemms: list[GemmInfo] = field(default_factory=list)
     colls: list[CollectiveInfo] = field(default_factory=list)
+    kernels: list[KernelInfo] = field(default_factory=list)
 
     def add(self, **row: Any) -> int:
         for key in _COLUMNS:
@@ -99,9 +101,11 @@ def _rank_info(raw: RawTrace, rank: int | None) -> RankInfo:
     devices = Counter(a.device for a in raw.gpu)
     device = devices.most_common(1)[0][0] if devices else -1
     props = [p for p in meta.get("deviceProperties") or () if isinstance(p, dict)]
-    gpu = next((str(p.get("name", "")) for p in props if p.get("id") == device), "")
-    if not gpu and props and device >= 0:
-        gpu = str(props[0].get("name", ""))
+    prop = next((p for p in props if p.get("id") == device), None)
+    if prop is None and props and device >= 0:
+        prop = props[0]
+    gpu = str(prop.get("name", "")) if prop else ""
+    sms, mem = (prop.get("numSms"), prop.get("totalGlobalMem")) if prop else (None, None)
     base = meta.get("baseTimeNanoseconds")
     backend = str(dist.get("backend", "gloo" if raw.features.gloo else ""))
     return RankInfo(
@@ -110,6 +114,8 @@ def _rank_info(raw: RawTrace, rank: int | None) -> RankInfo:
         process_groups=parse_pg_config(dist), t0_us=raw.t0_us,
         base_time_ns=int(base) if isinstance(base, int | float) else None, n_events=raw.n_events,
         world_size_known=known,
+        sm_count=int(sms) if isinstance(sms, int | float) and not isinstance(sms, bool) else None,
+        memory_bytes=float(mem) if isinstance(mem, int | float) and not isinstance(mem, bool) else None,
     )  # fmt: skip
 
 
@@ -145,7 +151,9 @@ class _Builder:
                                    end_s=self.t(act.ts + act.dur), bytes=0.0, flops=0.0,
                                    phase=str(step) if step >= 0 else "")  # fmt: skip
         if act.kind != "kernel":
-            self.rows.add(kind="memcpy", **{**row, "bytes": float(act.args.get("bytes") or 0)})
+            nbytes = float(act.args.get("bytes") or 0)
+            index = self.rows.add(kind="memcpy", **{**row, "bytes": nbytes})
+            self._kernel(index, act, launch, op, nbytes or None)
             return
         kind, family = classify_kernel(act.name)
         if kind == COLLECTIVE:
@@ -159,12 +167,48 @@ class _Builder:
             kind, family = "gemm", "cublas"  # e.g. cuBLAS epilogue kernels of a GEMM op
         elif ctx.optimizer and kind == "elementwise":
             kind = "optimizer"
-        if kind != "gemm":
-            self.rows.add(kind=kind, **row)
+        if kind == "gemm":
+            index = self._gemm(row, family, ctx.gemm, step)
+            self._kernel(index, act, launch, op, row["bytes"] or None)
             return
-        self._gemm(row, family, ctx.gemm, step)
+        if kind == "attention":
+            row["flops"] = self._attention_flops(op)
+        traffic = self._traffic(op)
+        index = self.rows.add(kind=kind, **row)
+        self._kernel(index, act, launch, op, traffic)
 
-    def _gemm(self, row: dict[str, Any], family: str, op: int, step: int) -> None:
+    def _traffic(self, op: int) -> float | None:
+        """Bytes the launching op moves (validation.trace.traffic)."""
+        if op < 0:
+            return None
+        r = self.raw.cpu[op]
+        args = r.args or {}
+        return op_traffic(r.name, args.get("Input Dims"), args.get("Input type"))
+
+    def _attention_flops(self, op: int) -> float:
+        """FLOPs of the fused-attention op around a kernel, on its first kernel only."""
+        outer = -1
+        for i in self.index.ancestors(op):
+            if is_attention_op(self.raw.cpu[i].name):
+                outer = i
+        if outer < 0 or outer in self._gemm_ops_seen:
+            return 0.0
+        self._gemm_ops_seen.add(outer)
+        r = self.raw.cpu[outer]
+        return attention_flops(r.name, r.args or {})
+
+    def _kernel(
+        self, index: int, act: GpuActivity, launch: Any, op: int, traffic: float | None
+    ) -> None:
+        name = self.raw.cpu[op].name if op >= 0 else ""
+        self.rows.kernels.append(
+            KernelInfo(
+                index, op, name, traffic, self.t(launch.ts) if launch else None,
+                str(act.args.get("grid", "")), str(act.args.get("block", "")),
+            )
+        )  # fmt: skip
+
+    def _gemm(self, row: dict[str, Any], family: str, op: int, step: int) -> int:
         shape = None
         name = ""
         if op >= 0:
@@ -183,6 +227,7 @@ class _Builder:
         self.rows.gemms.append(
             GemmInfo(index, name, op, m, n, k, batch, dtype, flops, step, family)
         )
+        return index
 
     def gloo(self) -> None:
         """Records for gloo:* annotations (CPU collectives), with their c10d ops' metadata."""
@@ -263,7 +308,9 @@ def _cpu_role(name: str) -> str | None:
     return None
 
 
-def _finish(b: _Builder) -> tuple[RankTimeline, tuple[GemmInfo, ...], tuple[CollectiveInfo, ...]]:
+def _finish(
+    b: _Builder,
+) -> tuple[RankTimeline, tuple[GemmInfo, ...], tuple[CollectiveInfo, ...], tuple[KernelInfo, ...]]:
     cols = b.rows.cols
     start = np.asarray(cols["start_s"], dtype=np.float64)
     order = np.argsort(start, kind="stable")
@@ -287,7 +334,10 @@ def _finish(b: _Builder) -> tuple[RankTimeline, tuple[GemmInfo, ...], tuple[Coll
     colls = tuple(
         sorted((replace(c, index=int(new[c.index])) for c in b.rows.colls), key=lambda c: c.index)
     )
-    return tl, gemms, colls
+    kernels = tuple(
+        sorted((replace(k, index=int(new[k.index])) for k in b.rows.kernels), key=lambda k: k.index)
+    )
+    return tl, gemms, colls, kernels
 
 
 def _iterations(b: _Builder, tl: RankTimeline) -> tuple[Iteration, ...]:
@@ -322,7 +372,8 @@ def parse_trace(path: str | Path, rank: int | None = None) -> ParsedTrace:
         builder.gloo()
     if not raw.gpu:
         builder.cpu_compute()
-    tl, gemms, colls = _finish(builder)
+    tl, gemms, colls, kernels = _finish(builder)
     return ParsedTrace(
-        info=info, timeline=tl, gemms=gemms, collectives=colls, iterations=_iterations(builder, tl)
-    )
+        info=info, timeline=tl, gemms=gemms, collectives=colls,
+        iterations=_iterations(builder, tl), kernels=kernels,
+    )  # fmt: skip

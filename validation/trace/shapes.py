@@ -121,3 +121,37 @@ def first_dtype(types: Any) -> str:
             if isinstance(t, str) and t and t not in ("Scalar", "TensorList", "ScalarList"):
                 return t
     return ""
+
+
+ATTENTION_BACKWARD_FACTOR = 2.5
+"""Flash-attention backward FLOPs over forward FLOPs (workloads.transformer uses the same:
+the backward recomputes the scores and runs four GEMM-like products to the forward's two)."""
+
+
+def attention_flops(name: str, args: dict[str, Any]) -> float:
+    """FLOPs of a fused-attention op (scaled_dot_product_attention and its backends, forward
+    or backward) from its Input Dims: 4·batch·heads·s_q·s_k·head_dim forward, half of it
+    when causal (`Concrete Inputs`' is_causal, else assumed causal as in decoder training),
+    x ATTENTION_BACKWARD_FACTOR for a backward op. 0 when the shapes are unreadable."""
+    dims = args.get("Input Dims")
+    t = [d for d in dims if is_shape(d) and len(d) == 4] if isinstance(dims, list) else []
+    backward = "backward" in name
+    if backward and len(t) >= 3:
+        t = t[1:]  # grad_out comes first
+    if len(t) < 2:
+        return 0.0
+    q, k = t[0], t[1]
+    if name.startswith("aten::_flash_attention") or name.startswith("aten::_efficient_attention"):
+        b, s_q, h, d = q  # these backends take (batch, seq, heads, dim)
+        s_k = k[1]
+    else:
+        b, h, s_q, d = q
+        s_k = k[2]
+    flops = 4.0 * b * h * s_q * s_k * d
+    concrete = args.get("Concrete Inputs")
+    causal = True
+    if isinstance(concrete, list) and "scaled_dot_product_attention" in name and len(concrete) > 5:
+        causal = str(concrete[5]) != "False"
+    if causal:
+        flops *= 0.5
+    return flops * ATTENTION_BACKWARD_FACTOR if backward else flops

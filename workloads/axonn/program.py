@@ -91,6 +91,7 @@ class _Writer(BlockEmitter[LinearLayout]):
             act_width=up.n_local,
             seq_len=spec.seq_len,
             gated=spec.gated_mlp,
+            rope=spec.position == "rope",
             flash_attention=setup.flash_attention,
         )
         super().__init__(

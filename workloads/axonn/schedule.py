@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 from workloads.axonn.implementation import ImplementationPreset, WeightPolicy
 from workloads.axonn.layers import LinearLayout, block_layouts, logits_layout, padded_vocab
@@ -25,7 +26,6 @@ from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
 
 LOSS_STATS_BYTES = 4  # fp32 per token: the vocab-parallel cross entropy's statistics
-SMALL_PARAM_NAMES = ("ln1.w", "ln1.b", "ln2.w", "ln2.b")
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,11 @@ class AxonnCalls:
     def db(self) -> int:
         return self.spec.dtype_bytes
 
-    @property
+    @cached_property
     def blocks(self) -> list[LinearLayout]:
         return block_layouts(self.spec, self.grid, self.transpose_alternate)
 
-    @property
+    @cached_property
     def logits(self) -> LinearLayout:
         """axonn-0.2's tied output layer, a 4D linear (vocabulary over Y, sharded over Z)."""
         return logits_layout(self.spec, self.grid)
@@ -193,70 +193,119 @@ class AxonnCalls:
         yield from self.linear(lg, "bwd", False, first_microbatch).calls()
 
     # ------------------------------------------------------- gradient sync
-    def small_params(self) -> list[tuple[str, float]]:
-        """(name, elements) of the per-block parameters that are not Z-sharded weights."""
-        out = [(f"{n}", float(self.h_res)) for n in SMALL_PARAM_NAMES]
-        out += [(f"{lay.name}.bias", float(lay.n_local)) for lay in self.blocks]
+    def norm_params(self) -> list[tuple[str, float]]:
+        """(suffix, elements per GPU) of one normalisation on the residual stream's slice:
+        LayerNorm's weight and bias, RMSNorm's weight."""
+        out = [("w", float(self.h_res))]
+        if self.spec.norm == "layernorm":
+            out.append(("b", float(self.h_res)))
         return out
+
+    def small_params(self) -> list[tuple[str, float]]:
+        """(name, elements) of the per-block parameters that are not Z-sharded weights:
+        the two norms' and, where the architecture has them, the linear biases."""
+        out = [(f"{ln}.{p}", e) for ln in ("ln1", "ln2") for p, e in self.norm_params()]
+        if self.spec.bias:
+            out += [(f"{lay.name}.bias", float(lay.n_local)) for lay in self.blocks]
+        return out
+
+    def final_norm_elems(self) -> float:
+        return sum(e for _, e in self.norm_params())
+
+    def head_params(self) -> float:
+        """The word embedding and an untied output layer as the implementation stores
+        them: split over X·Y and replicated (sc24), or 4D-sharded like a linear (0.2)."""
+        per_matrix: float = (
+            self.xy_vocab * self.spec.hidden
+            if self.preset.embedding == "vocab-parallel-xy"
+            else self.logits.shard_elems
+        )
+        return per_matrix * (1 if self.spec.tied_embeddings else 2)
 
     def params_per_gpu(self) -> float:
         """Parameters a GPU stores (Z-sharded weights plus what is replicated)."""
         sp = self.spec
         per_block = sum(lay.shard_elems for lay in self.blocks)
         small = sum(e for _, e in self.small_params())
-        tail = 2 * self.h_res + sp.seq_len * sp.hidden
-        head: float = (
-            self.xy_vocab * sp.hidden
-            if self.preset.embedding == "vocab-parallel-xy"
-            else self.logits.shard_elems
-        )
-        return sp.layers * (per_block + small) + tail + head
+        tail = self.final_norm_elems() + sp.position_params
+        return sp.layers * (per_block + small) + tail + self.head_params()
 
-    def gradient_sync(self) -> Iterator[Call]:
-        """The collectives after the last microbatch, in issue order."""
+    def _gradient_sync_plan(self) -> list[tuple[tuple[Call, ...], bool]]:
+        """The gradient sync as runs of calls, each issued once or once per block
+        (reversed: last block first, as the backward leaves them); per-block call names
+        carry a '{layer}' placeholder."""
         sp = self.spec
         db = self.preset.grad_dtype_bytes
+        final = self.final_norm_elems()
+        small = self.small_params()
         if self.preset.grad_sync == "one-bucket":
             # sync_gradients over Z, one fp32 tensor at a time: every parameter that is
             # not a Z-sharded weight (model.parameters() order), then Megatron DDP's one
             # fp32 bucket over data
-            yield Call("word_embedding.ar_z", K.ALL_REDUCE, "z", self.xy_vocab * sp.hidden * db)
-            yield Call("pos_embedding.ar_z", K.ALL_REDUCE, "z", sp.seq_len * sp.hidden * db)
-            for layer in range(sp.layers):
-                for name, elems in self.small_params():
-                    yield Call(f"L{layer}.{name}.ar_z", K.ALL_REDUCE, "z", elems * db)
-            yield Call("final_ln.ar_z", K.ALL_REDUCE, "z", 2 * self.h_res * db)
-            yield Call("grad_buffer.ar_data", K.ALL_REDUCE, "data", self.params_per_gpu() * db)
-            return
-        for layer in reversed(range(sp.layers)):
-            for lay in reversed(self.blocks):
-                yield Call(
-                    f"L{layer}.{lay.name}.ar_data", K.ALL_REDUCE, "data", lay.shard_elems * db
-                )
-        yield Call("logits.ar_data", K.ALL_REDUCE, "data", self.logits.shard_elems * db)
-        for layer in reversed(range(sp.layers)):
-            for name, elems in self.small_params():
-                yield Call(f"L{layer}.{name}.ar_data", K.ALL_REDUCE, "data", elems * db)
-                yield Call(f"L{layer}.{name}.ar_z", K.ALL_REDUCE, "z", elems * db)
-        yield Call("final_ln.ar_data", K.ALL_REDUCE, "data", 2 * self.h_res * db)
-        yield Call("final_ln.ar_z", K.ALL_REDUCE, "z", 2 * self.h_res * db)
-        yield Call("pos_embedding.ar_world", K.ALL_REDUCE, "world", sp.seq_len * sp.hidden * db)
+            head = self.xy_vocab * sp.hidden * db
+            first = [Call("word_embedding.ar_z", K.ALL_REDUCE, "z", head)]
+            if sp.position_params:
+                first.append(Call("pos_embedding.ar_z", K.ALL_REDUCE, "z", sp.position_params * db))
+            per_block = [Call(f"L{{layer}}.{n}.ar_z", K.ALL_REDUCE, "z", e * db) for n, e in small]
+            last = [Call("final_norm.ar_z", K.ALL_REDUCE, "z", final * db)]
+            if not sp.tied_embeddings:
+                last.append(Call("output_layer.ar_z", K.ALL_REDUCE, "z", head))
+            bucket = self.params_per_gpu() * db
+            last.append(Call("grad_buffer.ar_data", K.ALL_REDUCE, "data", bucket))
+            return [(tuple(first), False), (tuple(per_block), True), (tuple(last), False)]
+        shards = [
+            Call(f"L{{layer}}.{lay.name}.ar_data", K.ALL_REDUCE, "data", lay.shard_elems * db)
+            for lay in reversed(self.blocks)
+        ]
+        head_calls = [Call("logits.ar_data", K.ALL_REDUCE, "data", self.logits.shard_elems * db)]
+        if not sp.tied_embeddings:
+            head_calls.append(
+                Call("embedding.ar_data", K.ALL_REDUCE, "data", self.logits.shard_elems * db)
+            )
+        pairs = [
+            Call(f"L{{layer}}.{n}.ar_{g}", K.ALL_REDUCE, g, e * db)
+            for n, e in small
+            for g in ("data", "z")
+        ]
+        tail = [
+            Call("final_norm.ar_data", K.ALL_REDUCE, "data", final * db),
+            Call("final_norm.ar_z", K.ALL_REDUCE, "z", final * db),
+        ]
+        if sp.position_params:
+            tail.append(
+                Call("pos_embedding.ar_world", K.ALL_REDUCE, "world", sp.position_params * db)
+            )
+        return [
+            (tuple(shards), True),
+            (tuple(head_calls), False),
+            (tuple(pairs), True),
+            (tuple(tail), False),
+        ]
+
+    def gradient_sync(self) -> Iterator[Call]:
+        """The collectives after the last microbatch, in issue order."""
+        for calls, per_block in self._gradient_sync_plan():
+            if not per_block:
+                yield from calls
+                continue
+            for layer in reversed(range(self.spec.layers)):
+                for c in calls:
+                    yield Call(c.name.format(layer=layer), c.kind, c.group, c.nbytes)
 
     # ------------------------------------------------------------ totals
-    def microbatch(self, first: bool) -> Iterator[Call]:
-        """Every collective of one microbatch."""
-        yield from self.head(first)
-        for layer in range(self.spec.layers):
-            yield from self.block(layer, first)
-
     def iteration(self, microbatches: int) -> Iterator[tuple[Call, int]]:
-        """Every collective of the iteration with how many times it is issued."""
-        if microbatches < 1:
-            return
-        for c in self.microbatch(first=True):
-            yield c, 1
-        if microbatches > 1:
-            for c in self.microbatch(first=False):
-                yield c, microbatches - 1
-        for c in self.gradient_sync():
-            yield c, 1
+        """Every collective of the iteration with how many times it is issued (blocks of
+        one kind, cached or not, are counted once with their multiplicity)."""
+        layers, cached = self.spec.layers, self.policy.cached_blocks
+        for first, n in ((True, 1), (False, microbatches - 1)):
+            if n <= 0:
+                continue
+            for c in self.head(first):
+                yield c, n
+            for start, count in ((0, min(cached, layers)), (cached, layers - cached)):
+                if count > 0:
+                    for c in self.block(start, first):
+                        yield c, n * count
+        for calls, per_block in self._gradient_sync_plan():
+            for c in calls:
+                yield c, layers if per_block else 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workloads.errors import WorkloadError
+from workloads.hybrid.context import check_context_parallel
 from workloads.hybrid.memory import hybrid_memory
 from workloads.hybrid.params import (
     FsdpPpParallel,
@@ -22,6 +23,7 @@ from workloads.hybrid.params import (
     ZeroppParallel,
 )
 from workloads.hybrid.setup import HybridSetup, Recompute, ShardingSetup, check_tensor_parallel
+from workloads.hybrid.stages import check_stages, stage_layers_for
 from workloads.models import TransformerSpec
 from workloads.run import ClusterShape, TrainingSetup, batch_sequences, divisors
 
@@ -107,14 +109,31 @@ def _tp_options(spec: TransformerSpec, params: HybridParallel, cluster: ClusterS
 
 
 def _pp_options(spec: TransformerSpec, params: HybridParallel) -> list[int]:
-    given = getattr(params, "pp", None)
+    given = params.pipeline_size if isinstance(params, MegatronParallel) else params_pp(params)
     if given is not None:
         return [given]
     if not isinstance(params, MegatronParallel | FsdpPpParallel):
         return [1]
     v = params.virtual_stages
     lo = 2 if isinstance(params, FsdpPpParallel) else 1
-    return [p for p in divisors(spec.layers) if p >= lo and spec.layers % (p * v) == 0]
+    extra = 0
+    if isinstance(params, MegatronParallel):
+        extra = int(params.account_for_embedding) + int(params.account_for_loss)
+    units = spec.layers + extra
+    return [
+        p
+        for p in divisors(units)
+        if p >= lo and units % (p * v) == 0 and (units // p > 1 or not extra)
+    ]
+
+
+def params_pp(params: HybridParallel) -> int | None:
+    """The pipeline degree the parameters fix, if any."""
+    return getattr(params, "pp", None)
+
+
+def _cp_of(params: HybridParallel) -> int:
+    return params.cp if isinstance(params, MegatronParallel) else 1
 
 
 def _shard_default(params: HybridParallel, cluster: ClusterShape, dp: int) -> int:
@@ -132,9 +151,10 @@ def candidate_degrees(
     """Degree combinations the parameters allow on the cluster, smallest model-parallel
     size first (ties: tensor parallelism inside a node, then the smaller pipeline)."""
     out = []
+    cp = _cp_of(params)
     for tp in _tp_options(spec, params, cluster):
         for pp in _pp_options(spec, params):
-            if cluster.gpus % (tp * pp):
+            if cluster.gpus % (tp * pp * cp):
                 continue
             out.append(Degrees(tp, pp, getattr(params, "shard", None)))
     return sorted(out, key=lambda d: (d.tp * d.pp, d.tp > cluster.gpus_per_node, d.pp))
@@ -149,12 +169,15 @@ def build_setup(
     microbatch_sequences: int,
 ) -> HybridSetup:
     """A validated setup for explicit degrees and microbatch size."""
-    tp, pp = degrees.tp, degrees.pp
-    if cluster.gpus % (tp * pp):
-        raise WorkloadError(
-            f"parallel: tp*pp = {tp}*{pp} = {tp * pp} does not divide the {cluster.gpus} GPUs"
+    tp, pp, cp = degrees.tp, degrees.pp, _cp_of(params)
+    if cluster.gpus % (tp * pp * cp):
+        what = (
+            f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}"
+            if cp > 1
+            else f"tp*pp = {tp}*{pp} = {tp * pp}"
         )
-    dp = cluster.gpus // (tp * pp)
+        raise WorkloadError(f"parallel: {what} does not divide the {cluster.gpus} GPUs")
+    dp = cluster.gpus // (tp * pp * cp)
     data_mode = "sharded"
     if isinstance(params, MegatronParallel):
         data_mode = "distopt" if params.distributed_optimizer else "ddp"
@@ -179,6 +202,9 @@ def build_setup(
         pp=pp,
         dp=dp,
         shard=shard,
+        cp=cp,
+        cp_comm=meg.cp_comm,
+        stage_layers=stage_layers_for(spec, params, pp),
         sequence_parallel=bool(getattr(params, "sequence_parallel", False)),
         distribute_saved_activations=bool(getattr(params, "distribute_saved_activations", False)),
         virtual_stages=getattr(params, "virtual_stages", 1),
@@ -187,7 +213,7 @@ def build_setup(
         recompute=resolve_recompute(params, training),
         data_mode=data_mode,  # type: ignore[arg-type]
         sharding=sharding_of(params),
-        bucket_elems=meg.bucket_size or max(DEFAULT_BUCKET_ELEMS, 1_000_000 * dp),
+        bucket_elems=meg.bucket_size or max(DEFAULT_BUCKET_ELEMS, 1_000_000 * dp * cp),
         overlap_grad_reduce=meg.overlap_grad_reduce,
         overlap_param_gather=meg.overlap_param_gather,
         grad_reduce_bytes=4 if data_mode != "sharded" and meg.grad_reduce_in_fp32 else 2,
@@ -204,20 +230,18 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
     """Raise WorkloadError (naming the field) unless the model splits evenly."""
     if setup.tp > 1:
         check_tensor_parallel(spec, setup.tp, "parallel.tp")
-    if spec.layers % setup.chunks:
-        raise WorkloadError(
-            f"parallel.pp={setup.pp} (x virtual_stages={setup.virtual_stages}) does not divide "
-            f"the model's {spec.layers} layers"
-        )
+    check_stages(spec, setup)
+    check_context_parallel(spec, setup)
     if setup.virtual_stages > 1 and setup.microbatches % setup.pp:
         raise WorkloadError(
             f"parallel.virtual_stages: the interleaved schedule needs the {setup.microbatches} "
             f"microbatches per replica divisible by pp={setup.pp}"
         )
-    tokens = setup.microbatch_sequences * spec.seq_len
+    tokens = setup.microbatch_sequences * spec.seq_len // setup.cp
     if setup.sequence_parallel and tokens % setup.tp:
         raise WorkloadError(
-            f"parallel.sequence_parallel: {tokens} tokens per microbatch not divisible by tp={setup.tp}"
+            f"parallel.sequence_parallel: {tokens} tokens per microbatch and GPU not divisible "
+            f"by tp={setup.tp}"
         )
     if setup.distribute_saved_activations and setup.recompute != "full":
         raise WorkloadError(
@@ -238,7 +262,7 @@ def candidate_setups(
     out = []
     seqs = batch_sequences(spec, training)
     for deg in candidate_degrees(spec, params, cluster):
-        dp = cluster.gpus // (deg.tp * deg.pp)
+        dp = cluster.gpus // (deg.tp * deg.pp * _cp_of(params))
         if seqs % dp:
             continue
         options = (

@@ -2,7 +2,10 @@
 
 Group kinds (members in rank order):
 - tp: the tensor-parallel GPUs (consecutive ranks);
-- dp: every data-parallel rank of one (tp, stage) position (shard x replicate);
+- cp: the context-parallel GPUs splitting one sequence (stride tp; only when cp > 1);
+- dp: every GPU holding the same weights as this one: the data-parallel ranks of one
+  (tp, stage) position (shard x replicate) times the context-parallel ones (Megatron
+  reduces gradients over data x context parallel);
 - shard / replicate: the sharding group and the replicas of a shard (HSDP);
 - pp: one GPU per pipeline stage (position = stage), for send/recv;
 - embed: the first and last stage (tied word embeddings under pipelining);
@@ -44,17 +47,19 @@ def uses_levels(setup: HybridSetup) -> bool:
 
 def hybrid_groups(setup: HybridSetup) -> ProcessGroups:
     """All group kinds of a hybrid setup."""
-    t, p = setup.tp, setup.pp
+    t, p, c = setup.tp, setup.pp, setup.cp
     s, r = setup.shard, setup.replicate
     world = setup.world
-    ranks = np.arange(world, dtype=np.int64).reshape(p, r, s, t)
+    ranks = np.arange(world, dtype=np.int64).reshape(p, r, s, c, t)
     kinds: dict[str, np.ndarray] = {
         "tp": ranks.reshape(-1, t),
-        "dp": ranks.transpose(0, 3, 1, 2).reshape(-1, r * s),
-        "pp": ranks.transpose(1, 2, 3, 0).reshape(-1, p),
-        "shard": ranks.transpose(0, 1, 3, 2).reshape(-1, s),
-        "replicate": ranks.transpose(0, 2, 3, 1).reshape(-1, r),
+        "dp": ranks.transpose(0, 4, 1, 2, 3).reshape(-1, r * s * c),
+        "pp": ranks.transpose(1, 2, 3, 4, 0).reshape(-1, p),
+        "shard": ranks.transpose(0, 1, 3, 4, 2).reshape(-1, s),
+        "replicate": ranks.transpose(0, 2, 3, 4, 1).reshape(-1, r),
     }
+    if c > 1:
+        kinds["cp"] = ranks.transpose(0, 1, 2, 4, 3).reshape(-1, c)
     if p > 1:
         kinds["embed"] = kinds["pp"][:, [0, p - 1]]
     if uses_levels(setup):
@@ -89,7 +94,8 @@ def group_size(setup: HybridSetup, name: str) -> int:
     gpn = setup.gpus_per_node
     sizes = {
         "tp": setup.tp,
-        "dp": setup.dp,
+        "cp": setup.cp,
+        "dp": setup.grad_ranks,
         "pp": setup.pp,
         "shard": setup.shard,
         "replicate": setup.replicate,

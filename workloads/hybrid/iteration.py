@@ -27,7 +27,7 @@ def update_params(e: StageEmitter) -> float:
     """Parameters this rank's optimizer updates."""
     s, total = e.setup, float(e.counts["total"])
     if s.data_mode == "distopt":
-        return total / s.dp
+        return total / s.grad_ranks
     if not s.sharded:
         return total
     if e.linear_mode:
@@ -41,21 +41,18 @@ def small_param_sync(e: StageEmitter) -> None:
     sp, db = e.spec, e.db
     if e.setup.dp == 1:
         return
-    small = [
-        ("ln1.w", sp.hidden),
-        ("ln1.b", sp.hidden),
-        ("ln2.w", sp.hidden),
-        ("ln2.b", sp.hidden),
-    ]
-    small += [(f"{lay.name}.bias", lay.bias_elems) for lay in e.blocks]
+    small = [("ln1.w", sp.hidden), ("ln2.w", sp.hidden)]
+    if sp.norm == "layernorm":
+        small += [("ln1.b", sp.hidden), ("ln2.b", sp.hidden)]
+    small += [(f"{lay.name}.bias", lay.bias_elems) for lay in e.blocks if lay.bias]
     for c in reversed(e.chunks):
         for layer in reversed(range(c.start, c.stop)):
             for name, elems in small:
                 e.b.collective(f"L{layer}.{name}.ar_dp", K.ALL_REDUCE, "dp", elems * db)
     if any(c.last for c in e.chunks):
-        e.b.collective("final_ln.ar_dp", K.ALL_REDUCE, "dp", 2 * sp.hidden * db)
-    if any(c.first for c in e.chunks):
-        e.b.collective("pos_embedding.ar_dp", K.ALL_REDUCE, "dp", sp.seq_len * sp.hidden * db)
+        e.b.collective("final_ln.ar_dp", K.ALL_REDUCE, "dp", sp.norm_params * db)
+    if any(c.first for c in e.chunks) and sp.position_params:
+        e.b.collective("pos_embedding.ar_dp", K.ALL_REDUCE, "dp", sp.position_params * db)
 
 
 def finish_iteration(e: StageEmitter) -> None:
@@ -68,7 +65,7 @@ def finish_iteration(e: StageEmitter) -> None:
             small_param_sync(e)
     for bk in e.buckets.values():
         bk.finish()
-    if s.pp > 1 and (e.stage in (0, s.pp - 1)):
+    if s.pp > 1 and e.stage in (0, s.pp - 1) and sp.tied_embeddings:
         grad_bytes = e.db if s.sharded else s.grad_reduce_bytes
         shard = s.shard if s.sharded else 1
         b.collective(
@@ -80,7 +77,9 @@ def finish_iteration(e: StageEmitter) -> None:
     if e.sp:
         layers = sum(c.stop - c.start for c in e.chunks)
         last = any(c.last for c in e.chunks)
-        elems = layers * 6 * sp.hidden + (2 * sp.hidden if last else 0)
+        # norms and row-parallel biases: the parameters sequence parallelism replicates
+        row_biases = 2 * sp.hidden if sp.bias else 0
+        elems = layers * (2 * sp.norm_params + row_biases) + (sp.norm_params if last else 0)
         e.tp_collective("sequence_parallel_grads.ar_tp", K.ALL_REDUCE, elems * s.grad_reduce_bytes)
     b.phase = "optimizer"
     optimizer_step(b, update_params(e), s.optimizer)

@@ -12,23 +12,33 @@ unsharded gradient of the unit in backward (the whole stage's when gradients are
 reduced after the last microbatch), ZeRO++'s secondary partitions (hpZ: + M/|node| per
 GPU; a node/pair forward partition likewise).
 
-Activations: per chunk-microbatch the stored activations of its blocks (block inputs only
-under full recompute, plus one block's working set); a pipeline stage holds as many
-chunk-microbatches as its schedule keeps in flight (p - s for 1F1B's stage s). The last
-stage adds the logits (bf16) with their fp32 softmax and gradient.
+Activations (workloads/activations.py: Korthikanti et al. 2022, Table 2, with the
+architecture's own widths and flash attention's rule): per chunk-microbatch the stored
+activations of its blocks (block inputs only under full recompute); a pipeline stage
+holds as many chunk-microbatches as its schedule keeps in flight (p - s for 1F1B's stage
+s). Beside them, the working set of the block in backward (its rebuilt activations under
+full recompute, its recomputed attention scores under selective) and context
+parallelism's buffers. The first stage adds the embedding's dropout mask, the last the
+final norm's and the output layer's inputs and the logits (bf16) with their fp32 softmax
+and gradient.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from workloads.activations import (
+    MASK_BYTES,
+    ActivationShape,
+    block_activation_bytes,
+    recompute_working_bytes,
+)
 from workloads.hybrid.groups import LEVEL_GROUP, group_size
 from workloads.hybrid.schedule import in_flight
 from workloads.hybrid.setup import (
     HybridSetup,
     block_linears,
     block_params,
-    block_shape,
     logits_linear,
     stage_chunks,
     stage_param_counts,
@@ -37,22 +47,53 @@ from workloads.memory import (
     LOGIT_BYTES_PER_ELEM_EXTRA,
     RUNTIME_RESERVE_BYTES,
     MemoryBreakdown,
-    block_activation_bytes,
     largest_fitting,
     optimizer_bytes_per_param,
 )
 from workloads.models import TransformerSpec
 
 
-def _block_activations(spec: TransformerSpec, setup: HybridSetup, tokens: int) -> float:
-    sp = setup.sequence_parallel and setup.tp > 1
-    shape = block_shape(spec, setup.tp, sp, tokens, setup.flash_attention)
-    lin = block_linears(spec, setup.tp)
-    column_input = tokens // setup.tp if sp else tokens  # SP stores the split input
-    inputs = sum(column_input * lay.k if lay.column else tokens * lay.k_local for lay in lin)
-    return block_activation_bytes(
-        shape, inputs, spec.dtype_bytes, selective=setup.recompute == "selective"
+def activation_shape(spec: TransformerSpec, setup: HybridSetup) -> ActivationShape:
+    """One GPU's share of a block's activations for one microbatch."""
+    return ActivationShape(
+        tokens=setup.microbatch_sequences * spec.seq_len // setup.cp,
+        seq_len=spec.seq_len,
+        hidden=spec.hidden,
+        heads=spec.heads,
+        kv_dim=spec.kv_dim,
+        mlp_up=spec.mlp_up_out,
+        ffn=spec.ffn,
+        tp=setup.tp,
+        sequence_parallel=setup.sequence_parallel and setup.tp > 1,
+        flash_attention=setup.flash_attention,
+        dropout=spec.dropout,
+        dtype_bytes=spec.dtype_bytes,
     )
+
+
+def context_parallel_buffers(a: ActivationShape, setup: HybridSetup) -> float:
+    """Transient bytes of one block's attention under context parallelism: p2p keeps
+    four KV-sized ring buffers (K and V, their gradients; one sent, one received) and
+    the cp per-step outputs until they are merged; all_gather the gathered KV and its
+    gathered gradient; a2a the head-split Q, K, V and output."""
+    if setup.cp == 1:
+        return 0.0
+    kv = a.dtype_bytes * a.tokens * 2 * a.kv_dim / a.tp
+    out = a.dtype_bytes * a.tokens * a.hidden / a.tp
+    if setup.cp_comm == "all_gather":
+        return 2.0 * setup.cp * kv
+    if setup.cp_comm == "a2a":
+        return kv + 2.0 * out
+    return 4.0 * kv + setup.cp * out
+
+
+def _edge_activations(spec: TransformerSpec, setup: HybridSetup, first: bool, last: bool) -> float:
+    """Per microbatch: the embedding's dropout mask on the first stage; the final norm's
+    and the output layer's inputs on the last (Korthikanti et al. 2022, Section 4.3)."""
+    a = activation_shape(spec, setup)
+    rest = a.tokens * a.hidden / (a.tp if a.sequence_parallel else 1)
+    out = MASK_BYTES * rest if first and a.dropout else 0.0
+    return out + (2.0 * a.dtype_bytes * rest if last else 0.0)
 
 
 def _states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, float]:
@@ -61,7 +102,7 @@ def _states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, 
     adam = optimizer_bytes_per_param(setup.optimizer, spec.dtype_bytes)
     db = spec.dtype_bytes
     if not setup.sharded:
-        opt = adam * total / (setup.dp if setup.data_mode == "distopt" else 1)
+        opt = adam * total / (setup.grad_ranks if setup.data_mode == "distopt" else 1)
         return {
             "weights": db * total,
             "gradients": setup.grad_reduce_bytes * total,
@@ -97,21 +138,21 @@ def _states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, 
 def stage_memory(spec: TransformerSpec, setup: HybridSetup, stage: int) -> MemoryBreakdown:
     """Memory per GPU of pipeline stage `stage`."""
     db = spec.dtype_bytes
-    tokens = setup.microbatch_sequences * spec.seq_len
+    a = activation_shape(spec, setup)
+    tokens = a.tokens
     chunks = stage_chunks(spec, setup, stage)
     per_chunk = chunks[0].stop - chunks[0].start
-    block_act = _block_activations(spec, setup, tokens)
-    sp = setup.sequence_parallel and setup.tp > 1
-    if setup.recompute == "full":
-        split = setup.tp if sp or setup.distribute_saved_activations else 1
-        stored = per_chunk * db * tokens * spec.hidden / split
-        working = block_act
-    else:
-        stored = per_chunk * block_act
-        working = 0.0
+    first, last = any(c.first for c in chunks), any(c.last for c in chunks)
+    per_block = block_activation_bytes(a, setup.recompute)
+    if setup.recompute == "full" and setup.distribute_saved_activations:
+        # Megatron's --distribute-saved-activations: each saved block input split over TP
+        per_block /= setup.tp
+    stored = per_chunk * per_block
+    stored += _edge_activations(spec, setup, first, last) / setup.virtual_stages
+    working = recompute_working_bytes(a, setup.recompute) + context_parallel_buffers(a, setup)
     live = in_flight(setup.pp, setup.microbatches, setup.virtual_stages, stage)
     logits = 0.0
-    if any(c.last for c in chunks):
+    if last:
         v_local = logits_linear(spec, setup.tp).n_local
         logits = tokens * v_local * (db + LOGIT_BYTES_PER_ELEM_EXTRA)
     states = _states(spec, setup, stage)

@@ -18,22 +18,36 @@ PartitionLevel = Literal["pair", "node", "global"]
 
 
 class MegatronParallel(UserModel):
-    """Megatron-LM: tensor parallel `tp` (optionally sequence parallel), pipeline `pp`
-    with 1F1B (`virtual_stages` > 1: interleaved), data parallel over the rest with
-    bucketed gradient all-reduce or the distributed optimizer.
+    """Megatron-LM: tensor parallel `tp` (optionally sequence parallel), context parallel
+    `cp`, pipeline `pp` with 1F1B (`virtual_stages` > 1: interleaved), data parallel over
+    the rest with bucketed gradient all-reduce or the distributed optimizer.
 
+    cp: GPUs that split every sequence (Megatron-Core's context parallelism); cp_comm:
+    how attention gets the other chunks' keys and values: 'p2p' (ring: KV passed around
+    the CP ring, overlapped with the attention of the chunk in hand; Megatron's default),
+    'all_gather' (all-gather KV before attention, reduce-scatter its gradient) or 'a2a'
+    (DeepSpeed-Ulysses: all-to-all from sequence to head split and back).
+    layers_per_stage: transformer layers of each pipeline rank (uneven stages, e.g.
+    Llama 3 405B: [7, 8 x 14, 7]); account_for_embedding / account_for_loss: Megatron's
+    rule that the embedding / the loss count as one layer of the first / last stage
+    when the layers are split evenly (126 layers on 16 stages: 7, 8, ..., 8, 7).
     recompute: 'full' (checkpoint every block), 'selective' (recompute the attention
     kernel) or 'none'; None follows training.activation_checkpointing (full / none).
     distribute_saved_activations: Megatron-LM's --distribute-saved-activations (formerly
     --distribute-checkpointed-activations): with full recompute, each block's saved input
     is split over the tensor-parallel GPUs and all-gathered before its recompute (not with
     sequence parallelism, as Megatron asserts).
-    bucket_size: gradient bucket in elements (None: Megatron's max(40M, 1M x dp)).
+    bucket_size: gradient bucket in elements (None: Megatron's max(40M, 1M x dp x cp)).
     """
 
     strategy: Literal["megatron"] = "megatron"
     tp: int | None = Field(default=None, ge=1)
     pp: int | None = Field(default=None, ge=1)
+    cp: int = Field(default=1, ge=1, le=2**14)
+    cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
+    layers_per_stage: tuple[int, ...] | None = Field(default=None, min_length=1, max_length=4096)
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
     virtual_stages: int = Field(default=1, ge=1)
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
@@ -52,6 +66,31 @@ class MegatronParallel(UserModel):
                 "sequence_parallel (Megatron-LM asserts the same)"
             )
         return self
+
+    @model_validator(mode="after")
+    def _stages(self) -> MegatronParallel:
+        given = self.layers_per_stage
+        if given is None:
+            return self
+        if any(n < 1 for n in given):
+            raise ValueError("parallel.layers_per_stage: every stage needs at least one layer")
+        if self.pp is not None and self.pp != len(given):
+            raise ValueError(
+                f"parallel.layers_per_stage lists {len(given)} stages but parallel.pp={self.pp}"
+            )
+        if self.account_for_embedding or self.account_for_loss:
+            raise ValueError(
+                "parallel.layers_per_stage cannot be combined with account_for_embedding / "
+                "account_for_loss (the list already says where every layer goes)"
+            )
+        return self
+
+    @property
+    def pipeline_size(self) -> int | None:
+        """pp as given, or the length of layers_per_stage."""
+        if self.pp is None and self.layers_per_stage is not None:
+            return len(self.layers_per_stage)
+        return self.pp
 
 
 class ShardedParallel(UserModel):

@@ -12,6 +12,10 @@ behind the dW GEMM; with it, column-parallel layers all-gather their sequence-sp
 reduce-scatter their output and all-gather the output gradient. The embedding and the
 cross-entropy are vocabulary-parallel.
 
+Context parallelism (cp > 1): every GPU runs s/cp tokens of each sequence through the
+linears, norms and MLP unchanged; attention exchanges keys and values on the 'cp' group
+(workloads/hybrid/context.py).
+
 Pipeline: activations and their gradients travel by send/recv on the 'pp' group, one
 stream per direction; a stage waits for a receive right before it needs the tensor and
 does not wait for its sends.
@@ -24,6 +28,7 @@ weight ('linear', with AxoNN-style prefetch of the next weight in module order).
 from __future__ import annotations
 
 from workloads.hybrid.buckets import GradBuckets
+from workloads.hybrid.context import ContextParallelAttention
 from workloads.hybrid.schedule import Pass
 from workloads.hybrid.setup import (
     Chunk,
@@ -50,7 +55,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.setup = setup
         self.stage = stage
         self.t = setup.tp
-        self.M = setup.microbatch_sequences * spec.seq_len
+        self.M = setup.microbatch_sequences * spec.seq_len // setup.cp  # tokens on this GPU
         sp = setup.sequence_parallel and setup.tp > 1
         self.sp = sp
         super().__init__(
@@ -71,11 +76,16 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.block_mode = setup.sharded and setup.sharding.granularity == "block"
         self.prefetched: dict[str, Gather] = {}
         self.resident: set[str] = set()
-        self.buckets = self._make_buckets() if not setup.sharded and setup.dp > 1 else {}
+        self.buckets = self._make_buckets() if not setup.sharded and setup.grad_ranks > 1 else {}
         self.chunk = self.chunks[0]
         self.last_mb = False
         self.last_index = setup.microbatches - 1  # of the microbatches actually emitted
         self.tied_here = any(c.first for c in self.chunks) and any(c.last for c in self.chunks)
+        # the output layer's gradient is the word embedding's (reduced with it)
+        self.shared_output = self.tied_here and spec.tied_embeddings
+        self.cp_attention = (
+            ContextParallelAttention(self.sb, self.shape, setup, self.db) if setup.cp > 1 else None
+        )
 
     # -------------------------------------------------------------- helpers
     def tp_collective(self, name: str, kind: K, nbytes: float, blocking: bool = True) -> int | None:
@@ -214,11 +224,23 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.b.gemm(f"{tag}.dW", lay.k_local, lay.n_local, M, db)
         if h is not None:
             self.b.wait(h)
-        if self.linear_mode and not (tag == "logits" and self.tied_here):
+        if self.linear_mode and not (tag == "logits" and self.shared_output):
             assert self.sharder is not None
             self.sharder.reduce(tag, lay.weight_elems, self.last_mb, max(lay.k_local, lay.n_local))
 
     # -------------------------------------------------------------- blocks
+    def attention_forward(self, layer: int) -> None:
+        if self.cp_attention is not None:
+            self.cp_attention.forward(layer)
+        else:
+            super().attention_forward(layer)
+
+    def attention_backward(self, layer: int) -> None:
+        if self.cp_attention is not None:
+            self.cp_attention.backward(layer)
+        else:
+            super().attention_backward(layer)
+
     def block_forward(self, layer: int, recompute: bool) -> None:
         if not recompute:
             self._params_needed(f"L{layer}")
@@ -268,8 +290,10 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.tp_collective("embedding.ag_tp.bwd", K.ALL_GATHER, M * h * db)
         self.elementwise("embedding.bwd", M * h, 3)
         if self.sharder is not None and self.linear_mode:
+            # tied: the output layer's gradient joins the embedding's, reduced once here
+            unit = "logits" if self.shared_output else "embedding"
             self.sharder.reduce(
-                "logits", self.lg.weight_elems, self.last_mb, max(self.lg.k_local, self.lg.n_local)
+                unit, self.lg.weight_elems, self.last_mb, max(self.lg.k_local, self.lg.n_local)
             )
         if self.sharder is not None and self.block_mode:
             unit = self._root_unit(self.chunk)

@@ -8,8 +8,13 @@ reduce-scatter gradients, all-gather parameters) or `sharded` (ZeRO-3/FSDP: para
 gathered before use, gradients reduce-scattered). Each strategy's pydantic parameters
 are translated into a `HybridSetup` (workloads/hybrid/configure.py).
 
-Rank order, fastest first: tensor parallel, shard, replicate, pipeline stage (Megatron's
-"tp-dp-pp" order, with the data axis split into shard x replicate for HSDP).
+Rank order, fastest first: tensor parallel, context parallel, shard, replicate, pipeline
+stage (Megatron's "tp-cp-dp-pp" order, with the data axis split into shard x replicate
+for HSDP).
+
+Pipeline stages may be uneven (`stage_layers`: Llama 3 405B puts 7 of its 126 layers on
+the first and the last of 16 stages, 8 on the others, so that the embedding and the loss
+count as a layer each; Dubey et al. 2024, Section 3.3.2).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from workloads.transformer import BlockShape
 DataMode = Literal["ddp", "distopt", "sharded"]
 Level = Literal["pair", "node", "global"]
 Recompute = Literal["none", "full", "selective"]
+CpComm = Literal["p2p", "all_gather", "a2a"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,9 @@ class HybridSetup:
     pp: int = 1
     dp: int = 1
     shard: int = 1
+    cp: int = 1  # context parallel: GPUs splitting every sequence (Megatron-Core)
+    cp_comm: CpComm = "p2p"
+    stage_layers: tuple[int, ...] = ()  # transformer layers per pipeline rank; () = even
     sequence_parallel: bool = False
     distribute_saved_activations: bool = False  # Megatron: saved block inputs split over tp
     virtual_stages: int = 1
@@ -82,7 +91,13 @@ class HybridSetup:
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def grad_ranks(self) -> int:
+        """GPUs holding the same weights: data parallel x context parallel (Megatron
+        reduces gradients and shards the distributed optimizer over both)."""
+        return self.dp * self.cp
 
     @property
     def replicate(self) -> int:
@@ -107,6 +122,7 @@ class TpLinear:
     n: int
     column: bool
     tp: int
+    bias: bool = True
 
     @property
     def k_local(self) -> int:
@@ -122,20 +138,20 @@ class TpLinear:
 
     @property
     def bias_elems(self) -> int:
-        return self.n_local
+        return self.n_local if self.bias else 0
 
 
 def block_linears(spec: TransformerSpec, tp: int) -> tuple[TpLinear, ...]:
     """QKV and MLP-up column-parallel, attention-out and MLP-down row-parallel."""
     return tuple(
-        TpLinear(name, k, n, column=i % 2 == 0, tp=tp)
+        TpLinear(name, k, n, column=i % 2 == 0, tp=tp, bias=spec.bias)
         for i, (name, k, n) in enumerate(spec.linear_shapes())
     )
 
 
 def logits_linear(spec: TransformerSpec, tp: int) -> TpLinear:
-    """The output projection h -> vocab, vocabulary-parallel (column)."""
-    return TpLinear("logits", spec.hidden, spec.vocab, column=True, tp=tp)
+    """The output projection h -> vocab, vocabulary-parallel (column, no bias)."""
+    return TpLinear("logits", spec.hidden, spec.vocab, column=True, tp=tp, bias=False)
 
 
 def check_tensor_parallel(spec: TransformerSpec, tp: int, field_name: str) -> None:
@@ -152,15 +168,13 @@ def check_tensor_parallel(spec: TransformerSpec, tp: int, field_name: str) -> No
 
 
 def block_params(spec: TransformerSpec, tp: int) -> int:
-    """Parameters of one block per GPU: split linears, their biases, LayerNorms."""
-    return sum(lay.weight_elems + lay.bias_elems for lay in block_linears(spec, tp)) + 4 * (
-        spec.hidden
-    )
+    """Parameters of one block per GPU: split linears, their biases, the two norms."""
+    return sum(lay.weight_elems for lay in block_linears(spec, tp)) + block_small_params(spec, tp)
 
 
 def block_small_params(spec: TransformerSpec, tp: int) -> int:
-    """Biases and LayerNorm parameters of one block per GPU."""
-    return sum(lay.bias_elems for lay in block_linears(spec, tp)) + 4 * spec.hidden
+    """Biases and norm parameters of one block per GPU."""
+    return sum(lay.bias_elems for lay in block_linears(spec, tp)) + 2 * spec.norm_params
 
 
 def block_shape(
@@ -184,6 +198,7 @@ def block_shape(
         seq_len=spec.seq_len,
         gated=spec.gated_mlp,
         flash_attention=flash_attention,
+        rope=spec.position == "rope",
     )
 
 
@@ -198,21 +213,32 @@ class Chunk:
     last: bool  # holds the final LayerNorm, logits and loss
 
 
+def stage_layer_counts(spec: TransformerSpec, setup: HybridSetup) -> tuple[int, ...]:
+    """Transformer layers of every pipeline rank (`stage_layers`, or an even split)."""
+    if setup.stage_layers:
+        return setup.stage_layers
+    return (spec.layers // setup.pp,) * setup.pp
+
+
 def stage_chunks(spec: TransformerSpec, setup: HybridSetup, stage: int) -> tuple[Chunk, ...]:
     """Model chunks of pipeline rank `stage` (interleaved: chunk c of rank s is virtual
-    stage c*pp + s)."""
-    per = spec.layers // setup.chunks
+    stage c*pp + s; a rank's layers split evenly over its v chunks, and layers follow
+    the virtual-stage order, as Megatron-Core's layer offsets do)."""
+    counts = stage_layer_counts(spec, setup)
+    v, p = setup.virtual_stages, setup.pp
+    sizes = [counts[vs % p] // v for vs in range(v * p)]  # per virtual stage
     out = []
-    for c in range(setup.virtual_stages):
-        v = c * setup.pp + stage
-        out.append(Chunk(c, v * per, (v + 1) * per, first=v == 0, last=v == setup.chunks - 1))
+    for c in range(v):
+        vs = c * p + stage
+        start = sum(sizes[:vs])
+        out.append(Chunk(c, start, start + sizes[vs], first=vs == 0, last=vs == v * p - 1))
     return tuple(out)
 
 
 def stage_param_counts(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, int]:
-    """Parameters per GPU on a pipeline rank: 'blocks', 'embedding' (word + position),
-    'head' (final LayerNorm, plus the output weight's own copy when it is not on the
-    embedding's stage) and 'small' (biases, LayerNorms, position embedding: what stays
+    """Parameters per GPU on a pipeline rank: 'blocks', 'embedding' (word + learned
+    position), 'head' (final norm, plus the output weight when it is untied or not on the
+    embedding's stage) and 'small' (biases, norms, position embedding: what stays
     replicated under per-linear ZeRO-3)."""
     t = setup.tp
     chunks = stage_chunks(spec, setup, stage)
@@ -220,10 +246,11 @@ def stage_param_counts(spec: TransformerSpec, setup: HybridSetup, stage: int) ->
     vocab_local = logits_linear(spec, t).weight_elems
     first = any(c.first for c in chunks)
     last = any(c.last for c in chunks)
-    embedding = vocab_local + spec.seq_len * spec.hidden if first else 0
-    head = (2 * spec.hidden if last else 0) + (vocab_local if last and not first else 0)
+    embedding = vocab_local + spec.position_params if first else 0
+    own_output = last and (not first or not spec.tied_embeddings)
+    head = (spec.norm_params if last else 0) + (vocab_local if own_output else 0)
     small = layers * block_small_params(spec, t)
-    small += (spec.seq_len * spec.hidden if first else 0) + (2 * spec.hidden if last else 0)
+    small += (spec.position_params if first else 0) + (spec.norm_params if last else 0)
     return {
         "blocks": layers * block_params(spec, t),
         "embedding": embedding,

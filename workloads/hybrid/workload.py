@@ -14,7 +14,7 @@ from workloads.models import TransformerSpec
 
 def stage_of_rank(setup: HybridSetup) -> np.ndarray:
     """Pipeline stage of every rank (the outermost rank dimension)."""
-    return np.arange(setup.world, dtype=np.int64) // (setup.tp * setup.dp)
+    return np.arange(setup.world, dtype=np.int64) // (setup.world // setup.pp)
 
 
 def build_hybrid_workload(spec: TransformerSpec, setup: HybridSetup) -> OpGraph:
@@ -29,13 +29,15 @@ def build_hybrid_workload(spec: TransformerSpec, setup: HybridSetup) -> OpGraph:
         rank_program=stage.copy(),
         groups=hybrid_groups(setup),
         rank_class=stage.copy(),
-        name=f"{setup.strategy}-{spec.name}-tp{setup.tp}-pp{setup.pp}-dp{setup.dp}",
+        name=f"{setup.strategy}-{spec.name}-tp{setup.tp}-pp{setup.pp}-dp{setup.dp}"
+        + (f"-cp{setup.cp}" if setup.cp > 1 else ""),
         metadata={
             "strategy": setup.strategy,
             "tp": setup.tp,
             "pp": setup.pp,
             "dp": setup.dp,
             "shard": setup.shard,
+            "cp": setup.cp,
             "microbatches": setup.microbatches,
             "microbatch_sequences": setup.microbatch_sequences,
         },
