@@ -17,6 +17,8 @@ WATCHED = [
     "validation",
     "simulator.commands.simulate",
     "simulator.commands.collective",
+    "simulator.cost.calibration",
+    "simulator.report",
 ]
 
 
@@ -45,6 +47,17 @@ def test_a_call_imports_only_its_command() -> None:
     assert not loaded["simulator.commands.simulate"]
     assert not loaded["simulator.config"] and not loaded["validation"]
     assert not loaded["pydantic"] and not loaded["simpy"]
+
+
+def test_a_collective_run_needs_no_config_report_or_calibration_models() -> None:
+    loaded = _modules_after(
+        "from simulator.cli import main\n"
+        "try:\n    main(['collective', 'dgx-h100', '--nodes', '1', '--group', '8',"
+        " '--bytes', '64M'])\nexcept SystemExit:\n    pass"
+    )
+    assert loaded["simulator.commands.collective"] and loaded["simpy"]
+    for heavy in ("pydantic", "simulator.config", "simulator.report", "simulator.cost.calibration"):
+        assert not loaded[heavy], heavy
 
 
 def test_help_lists_every_command_including_plugins() -> None:
