@@ -12,6 +12,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+# cheap modules, imported now (kernel_params, a submodule named like its function, must
+# be bound to the function after the submodule is imported)
+from simulator.cost.gemm import best_tile, gemm_efficiency, tile_efficiencies
+from simulator.cost.kernel_params import KernelParams, kernel_params
+from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS, Interference
+
 if TYPE_CHECKING:
     from simulator.cost.calibration import (
         AlphaBetaSegment,
@@ -30,13 +36,10 @@ if TYPE_CHECKING:
         load_calibration,
         save_calibration,
     )
-    from simulator.cost.gemm import best_tile, gemm_efficiency, tile_efficiencies
-    from simulator.cost.kernel_params import KernelParams, kernel_params
     from simulator.cost.kernels import KernelModel
-    from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS, Interference
 
-# Names load their module when first used (PEP 562): importing simulator.cost.terms (the
-# engine does) must not import the pydantic calibration models, which cost CLI start-up.
+# The calibration models and the kernel model load when first used (PEP 562): importing
+# simulator.cost.terms (the engine does) must not import pydantic, which costs CLI start-up.
 _HOME = {
     **dict.fromkeys(
         (
@@ -58,10 +61,7 @@ _HOME = {
         ),
         "calibration",
     ),
-    **dict.fromkeys(("best_tile", "gemm_efficiency", "tile_efficiencies"), "gemm"),
-    **dict.fromkeys(("KernelParams", "kernel_params"), "kernel_params"),
     "KernelModel": "kernels",
-    **dict.fromkeys(("INTERFERENCE", "LAUNCH_GAPS", "Interference"), "terms"),
 }
 
 
