@@ -210,7 +210,7 @@ class _Component:
 
     cid: int
     members: list[_Coflow]
-    links: np.ndarray  # sorted unique link ids of the members
+    links: np.ndarray  # unique link ids of the members (in no particular order)
     last_ps: int  # progress of the members accounted up to here
     version: int = 0
     solved: bool = False
@@ -229,6 +229,7 @@ class ContentionNetwork:
         self.stats = stats
         self.capacity = pricer.bandwidth_Bps
         self.owner = np.full(self.capacity.shape[0], -1, dtype=np.int64)  # link -> component
+        self._last = np.full(self.capacity.shape[0], -1, dtype=np.int64)  # scratch (_split)
         self.comps: dict[int, _Component] = {}
         self.dirty: dict[int, _Component] = {}
         self.next_cid = 0
@@ -335,19 +336,37 @@ class ContentionNetwork:
         if touched.max() < 0:  # on free links: a component of its own
             self._new_component([c], c.phase.links)
             return
-        ids = np.unique(touched[touched >= 0]).tolist()
+        owned = touched[touched >= 0]
+        first = int(owned[0])
+        ids = [first] if (owned == first).all() else np.unique(owned).tolist()
         comps = [self.comps[i] for i in ids]
-        members: list[_Coflow] = []
+        # The largest component absorbs the others and the coflow's free links, in place:
+        # a symmetric run's components span most of the machine, and re-building (sorting,
+        # re-owning) their link sets on every join cost more than the events themselves.
+        # Components own disjoint links, so the union needs no de-duplication but the
+        # coflow's own new links'.
+        big = max(comps, key=lambda k: k.links.size)
         for comp in comps:
             self._progress(comp)
-            members += comp.members
-            self._drop(comp)
-        members.append(c)
-        links = np.unique(np.concatenate([c.phase.links, *(comp.links for comp in comps)]))
-        self._new_component(members, links)
+        added = [k.links for k in comps if k is not big]
+        free = c.phase.links[touched < 0]  # a phase's links are unique already
+        if free.size:
+            added.append(free)
+        big.members = [m for comp in comps for m in comp.members] + [c]  # order as before
+        for comp in comps:
+            if comp is not big:
+                self._drop(comp)
+        self._drop(big)  # re-entered last, as a new component would be
+        self.comps[big.cid] = big
+        if added:
+            extra = np.concatenate(added)
+            self.owner[extra] = big.cid
+            big.links = np.concatenate([big.links, extra])
+        self._mark_dirty(big)
 
     def _split(self, comp: _Component, keep: list[_Coflow]) -> None:
-        """Replace `comp` by the connected components of the coflows it keeps."""
+        """Replace `comp` by the connected components of the coflows it keeps (in order of
+        their first member; members and links keep their order)."""
         self._drop(comp)
         self.owner[comp.links] = -1
         if not keep:
@@ -355,23 +374,41 @@ class ContentionNetwork:
         if len(keep) == 1:
             self._new_component(keep, keep[0].phase.links)
             return
-        sizes = [c.phase.links.size for c in keep]
-        member = np.repeat(np.arange(len(keep)), sizes)
-        links, li = np.unique(np.concatenate([c.phase.links for c in keep]), return_inverse=True)
-        label = np.arange(len(keep))
-        while True:  # label propagation: each coflow takes the least label it reaches
-            on_link = np.full(links.size, len(keep))
-            np.minimum.at(on_link, li, label[member])
-            new = label.copy()
-            np.minimum.at(new, member, on_link[li])
-            if (new == label).all():
-                break
-            label = new
-        for lab in np.unique(label).tolist():
-            idx = np.flatnonzero(label == lab)
-            part = [keep[i] for i in idx.tolist()]
-            part_links = links[np.unique(li[np.isin(member, idx)])]
-            self._new_component(part, part_links)
+        # union-find over the coflows: a dense link -> last coflow table instead of sorting
+        # or hashing the links (components span most of the machine in symmetric runs)
+        last = self._last
+        parent = list(range(len(keep)))
+
+        def find(j: int) -> int:
+            while parent[j] != j:
+                parent[j] = parent[parent[j]]
+                j = parent[j]
+            return j
+
+        for j, c in enumerate(keep):
+            seen = last[c.phase.links]
+            seen = seen[seen >= 0]
+            if seen.size:
+                first = int(seen[0])
+                others = [first] if (seen == first).all() else np.unique(seen).tolist()
+                for o in others:
+                    root = find(int(o))
+                    if root != j:
+                        parent[root] = j
+            last[c.phase.links] = j
+        roots = [find(j) for j in range(len(keep))]
+        used = last[comp.links]
+        last[comp.links] = -1
+        if len(set(roots)) == 1:
+            self._new_component(keep, comp.links[used >= 0])
+            return
+        link_root = np.asarray(roots, dtype=np.int64)[used]
+        link_root[used < 0] = -1
+        groups: dict[int, list[_Coflow]] = {}
+        for c, r in zip(keep, roots, strict=True):
+            groups.setdefault(r, []).append(c)
+        for r, part in groups.items():  # dict order: by first member
+            self._new_component(part, comp.links[link_root == r])
 
     # --------------------------------------------------------------- sharing
     def _mark_dirty(self, comp: _Component) -> None:
