@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from simulator.bench import Case, run_bench
+from simulator.benchmarks.scaling import Case, run_bench
 
 BASE = (
     "cluster.machine=dgx-h100",

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.api import simulate
 from simulator.config import load_config
-from simulator.export import write_outputs
+from simulator.outputs.files import write_outputs
 
 CASES: dict[str, object] = {"classes": "all", "default": None, "ranks-128": list(range(0, 1024, 8))}
 

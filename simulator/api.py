@@ -16,7 +16,7 @@ from simulator.config import ExperimentConfig
 from simulator.engine.core import Engine, EngineResult, ProgressFn
 from simulator.errors import ConfigError
 from simulator.network.params import network_params_for
-from simulator.report import Report, build_report, model_overrides
+from simulator.outputs.report import Report, build_report, model_overrides
 from simulator.workload import WorkloadPlan, build_plan
 from topologies.hardware import gpu_spec
 from topologies.types import Topology

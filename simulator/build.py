@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from simulator.config import ClusterConfig, ExperimentConfig
 from simulator.cost.calibration import Calibration
+from simulator.cost.model import CostModel, KernelTimer
 from simulator.cost.terms import Interference
-from simulator.costmodel import CostModel, KernelTimer
 from simulator.errors import ConfigError
 from simulator.network.params import NetworkParams, network_params_for
 from simulator.network.pricing import CollectivePricer

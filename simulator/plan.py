@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulator.config import ExperimentConfig
-from simulator.report import StagePlan
+from simulator.outputs.report import StagePlan
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 from workloads.graph import OpGraph

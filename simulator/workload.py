@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from simulator.config import ExperimentConfig
 from simulator.plan import PlanBuilder, WorkloadPlan, training_setup
-from simulator.strategy_plans import STRATEGY_PLAN_BUILDERS
+from simulator.search.plans import STRATEGY_PLAN_BUILDERS
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 from workloads.axonn.params import AxonnParallel
@@ -73,14 +73,14 @@ def _default_choice(
     topology: Topology,
     gpu: GpuSpec,
 ) -> AxonnParallel:
-    """The search's choice without simulating (simulator/search.py stages 1 and 2): the
+    """The search's choice without simulating (simulator/search/grids.py stages 1 and 2): the
     grid, and the weight cache where it helps and the lifetime is not fixed; the simple
     heuristic grid for custom topologies, where sub-machines cannot be built to measure
     group bandwidths."""
     from workloads.axonn.workload import heuristic_grid
 
     if config.cluster.machine != "custom":
-        from simulator.search import (
+        from simulator.search.grids import (
             DEFAULT_SCREEN,
             bandwidth_provider,
             rank_grids,

@@ -7,7 +7,7 @@ import itertools
 import networkx as nx
 import numpy as np
 
-from simulator.costmodel import CostModel, RooflineKernels
+from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine, EngineResult
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer

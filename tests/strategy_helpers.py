@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.costmodel import CostModel, KernelTimer, RooflineKernels
+from simulator.cost.model import CostModel, KernelTimer, RooflineKernels
 from simulator.engine.core import Engine, EngineResult
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer

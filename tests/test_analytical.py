@@ -1,4 +1,4 @@
-"""AxoNN's analytical communication model (simulator/analytical.py) against its equations
+"""AxoNN's analytical communication model (simulator/search/analytical.py) against its equations
 on hand-computed cases, the paper's bandwidth table and Eq. (7), and its ranking against
 the simulator's on a small machine."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.analytical import (
+from simulator.errors import ConfigError
+from simulator.search.analytical import (
     PaperBandwidths,
     TopologyBandwidths,
     axonn_comm_estimate,
     layer_comm_s,
 )
-from simulator.errors import ConfigError
 from validation.figures.experiments import axonn_grid, axonn_ranking
 from workloads.axonn.params import Grid
 from workloads.models import TransformerSpec, model_preset
@@ -96,7 +96,7 @@ def test_block_terms_are_the_papers_equations() -> None:
         t = layer_comm_s(k, n, m, grid, beta, spec.dtype_bytes, i % 2 == 1)
         for g in want:
             want[g] += spec.layers * t[g]
-    from simulator.analytical import inner_products, own_sizes
+    from simulator.search.analytical import inner_products, own_sizes
     from workloads.ops import bus_factor
 
     got = dict.fromkeys(want, 0.0)

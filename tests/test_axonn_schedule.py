@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.analysis import record_weights
-from simulator.analytical import axonn_comm_bytes
-from simulator.costmodel import CostModel, RooflineKernels
+from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer
+from simulator.outputs.analysis import record_weights
+from simulator.search.analytical import axonn_comm_bytes
 from topologies.synthetic import build_full_mesh
 from workloads.axonn.implementation import PRESETS, WeightPolicy, weight_policy
 from workloads.axonn.memory import axonn_memory

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.analysis import breakdown
-from simulator.costmodel import CostModel, RooflineKernels
+from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer
+from simulator.outputs.analysis import breakdown
 from topologies.synthetic import build_full_mesh
 from workloads.axonn.grid import axonn_groups, coordinates
 from workloads.axonn.implementation import PRESETS, WeightPolicy

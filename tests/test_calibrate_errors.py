@@ -95,7 +95,9 @@ def test_unknown_gpu_and_unknown_inputs(
     capsys.readouterr()
     csv = tmp_path / "x.csv"
     csv.write_text("a,b\n1,2\n")
-    assert "not a Vidur" in _run(["calibrate", str(csv), "-o", str(tmp_path / "c.yaml")], capsys)
+    assert "neither a Vidur" in _run(
+        ["calibrate", str(csv), "-o", str(tmp_path / "c.yaml")], capsys
+    )
     missing = tmp_path / "nope"
     assert "no such file" in _run(
         ["calibrate", str(missing), "-o", str(tmp_path / "c.yaml")], capsys

@@ -55,3 +55,45 @@ def test_single_point_is_flat_and_bad_points_raise() -> None:
         fit_piecewise([SizePoint(1024, 0.0)])
     with pytest.raises(ValueError):
         fit_piecewise([SizePoint(1024, 1e-5), SizePoint(1024, 2e-5)])
+
+
+def _objective(x: np.ndarray, t: np.ndarray, a: float, b: float) -> float:
+    return float((((a + b * x) / t - 1.0) ** 2).sum())
+
+
+def test_fit_line_is_the_exact_non_negative_least_squares() -> None:
+    """Against brute force on random sweeps: no grid point of the quadrant does better, and
+    the KKT conditions of the non-negative problem hold at the returned pair."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 7))
+        x = rng.uniform(0.0, 10.0, n)
+        t = rng.uniform(0.1, 10.0, n)
+        a, b = fit_line(x, t)
+        assert a >= 0.0 and b >= 0.0
+        best = _objective(x, t, a, b)
+        # brute force: a dense grid over the quadrant around every scale the data allows
+        a_grid = np.concatenate([[0.0], np.geomspace(1e-3, 20.0, 120)])
+        b_grid = np.concatenate([[0.0], np.geomspace(1e-4, 20.0, 120)])
+        aa, bb = np.meshgrid(a_grid, b_grid, indexing="ij")
+        pred = aa[..., None] + bb[..., None] * x
+        grid = (((pred / t) - 1.0) ** 2).sum(axis=-1)
+        assert best <= float(grid.min()) + 1e-9
+        # KKT: the gradient vanishes along a free variable and points outward at a bound
+        r = (a + b * x) / t - 1.0
+        grad_a, grad_b = float((r / t).sum()), float((r * x / t).sum())
+        scale = 1e-7 * max(1.0, float(np.abs(1.0 / t).sum() + np.abs(x / t).sum()))
+        assert (abs(grad_a) <= scale) if a > 0 else (grad_a >= -scale)
+        assert (abs(grad_b) <= scale) if b > 0 else (grad_b >= -scale)
+
+
+def test_fit_line_matches_scipy_nnls() -> None:
+    optimize = pytest.importorskip("scipy.optimize")
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = int(rng.integers(2, 9))
+        x, t = rng.uniform(0.0, 10.0, n), rng.uniform(0.1, 10.0, n)
+        a, b = fit_line(x, t)
+        w = 1.0 / t
+        (sa, sb), _ = optimize.nnls(np.stack([w, x * w], axis=1), np.ones(n))
+        assert _objective(x, t, a, b) <= _objective(x, t, sa, sb) + 1e-9

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from simulator.benchmarks.collectives import collective_sweep
 from simulator.cli import main
 from simulator.cost.calibration import load_calibration
 from simulator.cost.kernels import KernelModel
-from simulator.microbench import collective_sweep
 from tests import calibrate_synth as synth
 from topologies.machines import build_machine
 from validation.calibrate import calibrate, write_calibration

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from simulator.benchmarks.collectives import per_node_instances
 from simulator.cli import main
-from simulator.microbench import per_node_instances
 from validation.calibrate import calibrate, write_calibration
 from validation.vidur_check import reproduce_vidur
 

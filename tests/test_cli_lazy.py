@@ -18,7 +18,7 @@ WATCHED = [
     "simulator.commands.simulate",
     "simulator.commands.collective",
     "simulator.cost.calibration",
-    "simulator.report",
+    "simulator.outputs.report",
 ]
 
 
@@ -56,7 +56,13 @@ def test_a_collective_run_needs_no_config_report_or_calibration_models() -> None
         " '--bytes', '64M'])\nexcept SystemExit:\n    pass"
     )
     assert loaded["simulator.commands.collective"] and loaded["simpy"]
-    for heavy in ("pydantic", "simulator.config", "simulator.report", "simulator.cost.calibration"):
+    # pydantic itself loads since issue 18: the pricer's protocol tables
+    # (simulator/network/protocols.py) are user-file models
+    for heavy in (
+        "simulator.config",
+        "simulator.outputs.report",
+        "simulator.cost.calibration",
+    ):
         assert not loaded[heavy], heavy
 
 
@@ -69,3 +75,10 @@ def test_help_lists_every_command_including_plugins() -> None:
     assert result.exit_code == 0
     for name in [*COMMANDS, "validate", "calibrate", "compare", "figures", "trace-torch"]:
         assert f"  {name} " in result.output
+
+
+def test_the_collective_command_names_the_protocols_the_model_has() -> None:
+    from simulator.commands import collective
+    from simulator.network import protocols
+
+    assert collective.PROTOCOLS == protocols.PROTOCOLS

@@ -13,7 +13,7 @@ mode or the instance rows in the cache key. Fixed: activation keys name the mode
 
 from __future__ import annotations
 
-from simulator.costmodel import CostModel, RooflineKernels
+from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.costmodel import RooflineKernels
+from simulator.cost.model import RooflineKernels
 from simulator.engine.compiled import compile_program
 from simulator.engine.regions import find_regions
 from tests.engine_helpers import graph_of, run

@@ -9,8 +9,8 @@ import pytest
 
 from simulator.api import simulate
 from simulator.config import load_config
-from simulator.export import write_outputs
-from simulator.trace_io import read_trace_json
+from simulator.outputs.files import write_outputs
+from simulator.outputs.trace_io import read_trace_json
 from validation.hta_compat import KEYS, axsim_summary
 
 # a model wide enough that its collectives outlast HTA's 1%-of-iteration filter (with

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simulator.api import simulate
 from simulator.config import load_config
-from simulator.render import stage_table
+from simulator.outputs.render import stage_table
 from tests.cli_helpers import one_line_error
 from tests.strategy_helpers import SPEC, BlockOnlyKernels, hybrid, run
 from workloads.errors import WorkloadError

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from simulator.cli import main
-from simulator.schema import SCHEMA_VERSION, report_json_schema
+from simulator.outputs.schema import report_json_schema
+from simulator.outputs.versions import SCHEMA_VERSION
 
 SMALL = ["--machine", "dgx-h100", "--gpus", "16", "--model", "gpt-tiny", "--batch-tokens", "4096"]
 

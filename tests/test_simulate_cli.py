@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.trace_io import read_trace_json
+from simulator.outputs.trace_io import read_trace_json
 from tests.cli_helpers import one_line_error
 
 CONTRACT = {

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.analysis import with_skipped_periods
-from simulator.report import rank_warps
+from simulator.outputs.analysis import with_skipped_periods
+from simulator.outputs.report import rank_warps
 from tests.strategy_helpers import SPEC, BlockOnlyKernels, collectives, hybrid, run
 from workloads.hybrid.params import FsdpPpParallel, MegatronParallel
 from workloads.hybrid.schedule import in_flight, interleaved, one_f_one_b

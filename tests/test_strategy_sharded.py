@@ -112,7 +112,7 @@ def test_zeropp_later_forwards_read_the_secondary_partition() -> None:
 
 
 def test_zeropp_hier_default_is_the_pair_hierarchy_and_never_zeropp() -> None:
-    from simulator.strategy_candidates import hybrid_variants
+    from simulator.search.candidates import hybrid_variants
     from workloads.hybrid.configure import sharding_of
     from workloads.run import ClusterShape
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from simulator.api import Result, simulate
 from simulator.config import load_config
-from simulator.export import write_outputs
-from simulator.trace_io import read_trace_json, write_trace_json
-from simulator.trace_names import GroupRegistry, compact_ranks, message_nelems
+from simulator.outputs.files import write_outputs
+from simulator.outputs.trace_io import read_trace_json, write_trace_json
+from simulator.outputs.trace_names import GroupRegistry, compact_ranks, message_nelems
 
 BASE = ["cluster.machine=dgx-h100", "cluster.gpus=16", "model.name=gpt-tiny",
         "training.batch_tokens=262144", "engine.virtual_microbatches=false"]  # fmt: skip

@@ -13,8 +13,8 @@ from itertools import pairwise
 import pytest
 
 from simulator.api import simulate
+from simulator.benchmarks.collectives import collective_sweep
 from simulator.config import load_config
-from simulator.microbench import collective_sweep
 from simulator.network.params import network_params_for
 from topologies.machines import build_machine
 

@@ -32,6 +32,9 @@ class MachinePreset:
     # Measured achievable fraction of raw bandwidth per link kind on this machine (its
     # collective library and NIC stack), overriding the network defaults for these kinds.
     link_efficiency: dict[str, float] = field(default_factory=dict)
+    # Measured collective-library terms (protocol latencies and bandwidth factors), kept as
+    # the raw mapping: the simulator's network parameters validate and apply it.
+    collectives: dict[str, Any] = field(default_factory=dict)
 
 
 @cache
@@ -50,6 +53,7 @@ def machine_presets() -> dict[str, MachinePreset]:
             nic_bandwidth_GBps=float(d["nic_bandwidth_GBps"]),
             fabric=dict(d["fabric"]),
             link_efficiency=_link_efficiency(name, d.get("link_efficiency")),
+            collectives=_mapping(name, "collectives", d.get("collectives")),
         )
         for name, d in raw.items()
     }
@@ -73,6 +77,15 @@ def _link_efficiency(machine: str, raw: object) -> dict[str, float]:
             raise TopologyError(f"{where}.{kind} must be in (0, 1], got {value!r}")
         out[str(kind)] = float(value)
     return out
+
+
+def _mapping(machine: str, key: str, raw: object) -> dict[str, Any]:
+    """An optional mapping field of a preset (its content is checked by its user)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise TopologyError(f"machines.yaml: {machine}.{key} must be a mapping")
+    return dict(raw)
 
 
 def machine_preset(name: str) -> MachinePreset:

@@ -10,9 +10,12 @@ From the endpoint switch s (group a) to the endpoint switch t (group b):
 - `valiant`: `valiant_paths` paths with equal weights, each through a hash-chosen
   intermediate group c != a, b (a -> c -> b, up to 5 switch hops), or, inside a group,
   through an intermediate switch of the group (2 local hops);
-- `adaptive`: a fixed mix standing for Slingshot's queue-depth adaptive routing under
-  load: `adaptive_minimal_weight` (default 0.5) spread like ecmp over the minimal paths,
-  the rest spread evenly over the `valiant_paths` Valiant paths.
+- `adaptive`: Slingshot's queue-depth adaptive routing (UGAL-like). The network model
+  chooses each flow bundle's split between the minimal (ecmp) and the Valiant paths by
+  the load it sees (simulator/network/adaptive.py), asking for both through `variant`;
+  `paths` itself returns the unloaded prior, a fixed mix: `adaptive_minimal_weight`
+  (default 0.5) spread like ecmp over the minimal paths, the rest evenly over the
+  `valiant_paths` Valiant paths (what `axsim topology` shows).
 
 Without an intermediate group (fewer than 3 groups) or switch (fewer than 3 switches per
 group), Valiant falls back to ecmp. Choices depend only on the unordered endpoint pair,
@@ -25,6 +28,8 @@ ones) for many endpoint pairs at once; it must agree with `paths` pair by pair.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
@@ -115,6 +120,15 @@ class DragonflyPaths:
         self.ecmp_weights = tuple(c / self.h for c in counts)
         self._cables: dict[int, tuple[tuple[int, int, int], ...]] = {}
         self._minimal: dict[int, tuple[Path, ...]] = {}
+
+    def variant(self, policy: str) -> DragonflyPaths:
+        """The same fabric routed by another policy (caches shared: they do not depend
+        on the policy)."""
+        if policy == self.policy:
+            return self
+        out = copy.copy(self)
+        out.policy = policy
+        return out
 
     def cables(self, a: int, b: int) -> tuple[tuple[int, int, int], ...]:
         """Global cables a -> b as (local switch in a, global switch in b, link id)."""

@@ -75,7 +75,8 @@ def build_machine(
     nics_per_node, package_size, node_type, nic_bandwidth_GBps, injection_per_gpu_GBps,
     bisection_GBps (None for one node), minimal_bisection_GBps, routing, fabric (its
     parameters), gpu_nic (NIC number used by each GPU of a node), homogeneous_nodes, link_efficiency
-    (the preset's measured per-kind efficiencies; the network parameters apply them).
+    (the preset's measured per-kind efficiencies) and collectives (its measured collective
+    library terms, a raw mapping; simulator/network/params.py validates and applies both).
 
     Raises
     ------
@@ -139,6 +140,7 @@ def build_machine(
         "homogeneous_nodes": True,
         "links_per_node": template.num_links,
         "link_efficiency": dict(preset.link_efficiency),
+        "collectives": dict(preset.collectives),
     }
     return Topology(
         name=f"{preset.name}-{n}n",

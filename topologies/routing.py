@@ -17,6 +17,8 @@ computed on the networkx view on first use.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from topologies.batch_routing import PaddedPaths, compact, in_chunks
@@ -61,6 +63,21 @@ class MachineRouter:
         tables = self._batch
         width = tables.head.shape[1] + shape[1] + tables.tail.shape[1] + 2  # + 2 NIC links
         self._bound = (max(shape[0], 1), max(width, tables.local.shape[2]))
+
+    def variant(self, policy: str) -> MachineRouter | None:
+        """This router with the fabric routed by `policy`, or None when the fabric has a
+        single policy (no `variant`)."""
+        make = getattr(self.fabric, "variant", None)
+        if make is None:
+            return None
+        out = copy.copy(self)
+        out.fabric = make(policy)
+        out._fabric_batch = getattr(out.fabric, "paths_batch", None)
+        shape: tuple[int, int] = getattr(out.fabric, "batch_shape", (1, 0))
+        tables = self._batch
+        width = tables.head.shape[1] + shape[1] + tables.tail.shape[1] + 2
+        out._bound = (max(shape[0], 1), max(width, tables.local.shape[2]))
+        return out
 
     def _locate(self, topology: Topology, device: int) -> tuple[int, int]:
         node, local = divmod(device, self.devices_per_node)

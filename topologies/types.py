@@ -224,6 +224,7 @@ class Topology:
     _route_cache: dict[tuple[int, int], Route] = field(default_factory=dict, repr=False)
     _graph: nx.DiGraph | None = field(default=None, repr=False)
     _link_index: dict[tuple[int, int], int] | None = field(default=None, repr=False)
+    _variants: dict[str, Router] = field(default_factory=dict, repr=False)
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -316,13 +317,18 @@ class Topology:
         self._route_cache[key] = result
         return result
 
-    def routes_batch(self, src_gpus: np.ndarray, dst_gpus: np.ndarray) -> RouteBatch:
+    def routes_batch(
+        self, src_gpus: np.ndarray, dst_gpus: np.ndarray, policy: str | None = None
+    ) -> RouteBatch:
         """Routes of GPU pairs `(src_gpus[i], dst_gpus[i])` (GPU indices), flattened.
 
         Pair by pair the same paths, order and weights as `route`, but computed with numpy
         by routers that support it (machine presets) and not cached: a schedule binds each
         pattern once. Other routers (custom, synthetic) go through `route` pair by pair.
-        Raises TopologyError like `route` for the first bad pair.
+        `policy` routes the fabric by another policy than the topology's (where the router
+        offers `variant`, e.g. a dragonfly's minimal and Valiant paths for adaptive
+        routing); ignored otherwise. Raises TopologyError like `route` for the first bad
+        pair.
         """
         src, dst = _gpu_index_arrays(src_gpus, dst_gpus)
         n = self.num_gpus
@@ -332,13 +338,25 @@ class Topology:
             self.route(int(src[i]), int(dst[i]))  # raises the scalar path's error
         if src.shape[0] == 0:
             return RouteBatch.empty()
-        batch = getattr(self.router, "routes_batch", None)
+        router = self.router
+        if policy is not None:
+            router = self._router_variant(policy)
+        batch = getattr(router, "routes_batch", None)
         if batch is None:
             return RouteBatch.from_routes(
                 [self.route(a, b) for a, b in zip(src.tolist(), dst.tolist(), strict=True)]
             )
         result: RouteBatch = batch(self, self.gpus[src], self.gpus[dst])
         return result
+
+    def _router_variant(self, policy: str) -> Router:
+        """The router for `policy` (cached), or this topology's own if it has no variants."""
+        got = self._variants.get(policy)
+        if got is None:
+            make = getattr(self.router, "variant", None)
+            got = (make(policy) if make is not None else None) or self.router
+            self._variants[policy] = got
+        return got
 
     def path(self, src_gpu: int, dst_gpu: int) -> Path:
         """The primary link path between two GPUs (GPU indices)."""

@@ -49,6 +49,7 @@ from simulator.cost.calibration import (
     TraceRef,
     save_calibration,
 )
+from topologies.catalogue import machine_preset
 from validation.calibrate_comm import (
     CalibrationError,
     Sweep,
@@ -76,15 +77,27 @@ from validation.calibrate_kernels import (
     gemm_table,
     resolve_statistic,
 )
+from validation.calibrate_network import fit_machine
+from validation.collective_logs import (
+    CollectiveSample,
+    drop_unhealthy,
+    is_nccl_tests,
+    is_pccl_csv,
+    read_nccl_tests,
+    read_pccl_csv,
+    read_vidur_samples,
+)
 from validation.kernel_terms import fit_gpu_terms
 from validation.measured import MeasuredRun, iteration_time_s, load_run
 from validation.simulate_run import simulate_torch4d
 from validation.torch4d.config import RunSpec
 from validation.trace.model import ParsedTrace
+from workloads.ops import CollectiveKind
 
 __all__ = [
     "CalibrationError",
     "CalibrationInputs",
+    "LogOptions",
     "calibrate",
     "collect_inputs",
     "write_calibration",
@@ -94,10 +107,13 @@ TRACE_SUFFIXES = (".json", ".gz")
 
 @dataclass
 class CalibrationInputs:
-    """Trace runs (files, run.json) and benchmark CSVs named on the command line."""
+    """Trace runs (files, run.json), Vidur benchmark CSVs, PCCL-shaped CSVs and
+    nccl-tests / rccl-tests logs named on the command line."""
 
     runs: list[tuple[list[Path], Path | None]] = field(default_factory=list)
     benchmarks: list[Path] = field(default_factory=list)
+    pccl: list[Path] = field(default_factory=list)
+    nccl_tests: list[Path] = field(default_factory=list)
 
 
 def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
@@ -114,21 +130,29 @@ def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
             if f.name == "run.json":
                 run_json[f.parent] = f
             elif f.suffix == ".csv":
-                if not is_vidur_csv(f):
+                if is_pccl_csv(f):
+                    out.pccl.append(f)
+                elif is_vidur_csv(f):
+                    out.benchmarks.append(f)
+                else:
                     raise CalibrationError(
-                        f"{f}: not a Vidur collective benchmark CSV (no time_stats. columns)"
+                        f"{f}: neither a Vidur collective benchmark CSV (time_stats. columns) "
+                        "nor a PCCL-shaped CSV (machine, collective, library, gpus, nodes, "
+                        "output_bytes, time_ms)"
                     )
-                out.benchmarks.append(f)
             elif f.name.endswith(TRACE_SUFFIXES):
                 by_dir[f.parent].append(f)
+            elif is_nccl_tests(f):
+                out.nccl_tests.append(f)
             elif not p.is_dir():
                 raise CalibrationError(
-                    f"{f}: neither a trace (.json, .json.gz) nor a benchmark CSV"
+                    f"{f}: neither a trace (.json, .json.gz), a benchmark CSV nor a nccl-tests log"
                 )
     out.runs = [(files, run_json.get(d)) for d, files in sorted(by_dir.items())]
-    if not out.runs and not out.benchmarks:
+    if not (out.runs or out.benchmarks or out.pccl or out.nccl_tests):
         raise CalibrationError(
-            f"{', '.join(map(str, paths)) or '(no input)'}: no traces or benchmark CSVs found"
+            f"{', '.join(map(str, paths)) or '(no input)'}: no traces, benchmark CSVs or "
+            "nccl-tests logs found"
         )
     return out
 
@@ -229,6 +253,97 @@ def _gpu_calibration(
     )
 
 
+@dataclass(frozen=True)
+class LogOptions:
+    """How to read collective benchmark logs: the machine of nccl-tests logs (and their
+    ranks, nodes and collective where the log does not say), which rank counts the
+    network model is fitted on (None: all), and the smallest message size kept."""
+
+    machine: str | None = None
+    ranks: int | None = None
+    nodes: int | None = None
+    op: CollectiveKind | None = None
+    fit_ranks: tuple[int, ...] | None = None
+    min_bytes: float = 0.0
+
+
+def _log_samples(
+    inputs: CalibrationInputs, opts: LogOptions, refs: list[TraceRef]
+) -> tuple[list[CollectiveSample], list[CollectiveSample]]:
+    """(samples for the network fit only: PCCL rows, and with --machine Vidur's, whose
+    tables come from their own reader; nccl-tests samples, fitted and tabulated), with
+    the PCCL and nccl-tests file references."""
+    pccl: list[CollectiveSample] = []
+    tests: list[CollectiveSample] = []
+    for path in inputs.pccl:
+        found = read_pccl_csv(path)
+        if opts.machine is not None:
+            found = [x for x in found if x.machine == opts.machine]
+            if not found:
+                raise CalibrationError(f"{path}: no rows of machine {opts.machine}")
+        pccl += found
+        refs.append(TraceRef(path=str(path), sha256=_sha256(path), samples=len(found)))
+    if opts.machine is not None:  # Vidur's benchmarks also feed the machine's network fit
+        for path in inputs.benchmarks:
+            pccl += read_vidur_samples(path, opts.machine)
+    for path in inputs.nccl_tests:
+        if opts.machine is None:
+            raise CalibrationError(f"{path}: a nccl-tests log needs --machine (a preset)")
+        found = read_nccl_tests(path, opts.machine, opts.ranks, opts.nodes, opts.op)
+        tests += found
+        refs.append(TraceRef(path=str(path), sha256=_sha256(path), samples=len(found)))
+    return pccl, tests
+
+
+def _network_blocks(
+    samples: list[CollectiveSample], opts: LogOptions, notes: dict[str, Any]
+) -> dict[str, Any]:
+    """Per GPU type, the collective-library terms fitted on each machine's samples (after
+    dropping unhealthy points, keeping `fit_ranks` and sizes >= `min_bytes`)."""
+    kept, dropped = drop_unhealthy(samples)
+    out: dict[str, Any] = {}
+    for machine in sorted({s.machine for s in kept}):
+        mine = [
+            s for s in kept
+            if s.machine == machine and s.nbytes >= opts.min_bytes
+            and (opts.fit_ranks is None or s.ranks in opts.fit_ranks)
+        ]  # fmt: skip
+        if not mine:
+            raise CalibrationError(f"{machine}: no samples left to fit (check --ranks)")
+        ranks = sorted({s.ranks for s in mine})
+        info = {
+            "machine": machine,
+            "ranks": ranks,
+            "min_bytes": opts.min_bytes,
+            "dropped_unhealthy": sum(1 for s in dropped if s.machine == machine),
+            "unhealthy_rule": "more than 2x slower than a larger message of the same job",
+        }
+        source = (
+            f"axsim calibrate on {len(mine)} measured {machine} collectives at "
+            f"{', '.join(map(str, ranks))} ranks"
+        )
+        gpu, spec = fit_machine(machine, mine, source, info)
+        if gpu in out:
+            raise CalibrationError(f"two machines with GPU {gpu}: calibrate them separately")
+        out[gpu] = spec
+        notes[f"network/{machine}"] = info
+    return out
+
+
+def _test_sweeps(samples: list[CollectiveSample]) -> list[Sweep]:
+    """nccl-tests samples as benchmark sweeps (piecewise tables of the exact group)."""
+    per: dict[tuple[str, str, str, int], Sweep] = {}
+    kept, _ = drop_unhealthy(samples)
+    for s in kept:
+        gpu = machine_preset(s.machine).gpu
+        key = (gpu, s.kind.value, "intra_node" if s.nodes == 1 else "inter_node", s.ranks)
+        sweep = per.setdefault(
+            key, Sweep(key, sources=[s.job], method="nccl-tests out-of-place", benchmark=True)
+        )
+        sweep.sizes[int(s.nbytes)] = [s.time_s]
+    return list(per.values())
+
+
 def calibrate(
     paths: Sequence[str | Path],
     *,
@@ -237,10 +352,13 @@ def calibrate(
     statistic: Statistic = "auto",
     gpus_per_node: int | None = None,
     host_terms: bool = True,
+    logs: LogOptions | None = None,
 ) -> Calibration:
-    """Fit a Calibration from traces and benchmark CSVs (see module doc); `host_terms`
-    adds the host overhead and arrival jitter of gloo runs to their collective tables."""
+    """Fit a Calibration from traces, benchmark CSVs and collective logs (see module doc);
+    `host_terms` adds the host overhead and arrival jitter of gloo runs to their
+    collective tables."""
     inputs = collect_inputs(paths)
+    opts = logs or LogOptions()
     sweeps: list[Sweep] = []
     evidence: dict[str, _GpuEvidence] = defaultdict(_GpuEvidence)
     refs: list[TraceRef] = []
@@ -270,14 +388,19 @@ def calibrate(
             }))  # fmt: skip
         if run_json is not None:
             refs.append(TraceRef(path=str(run_json), sha256=_sha256(run_json)))
+    pccl, tests = _log_samples(inputs, opts, refs)
+    sweeps += _test_sweeps(tests)
     tables, residuals = build_tables(merge_sweeps(sweeps), tolerance, statistic)
     notes: dict[str, Any] = {}
+    networks = _network_blocks(pccl + tests, opts, notes) if pccl or tests else {}
     gpus: dict[str, GpuCalibration] = {}
-    for name in sorted(set(tables) | set(evidence)):
+    for name in sorted(set(tables) | set(evidence) | set(networks)):
         gpu_notes: dict[str, Any] = {}
         cal = _gpu_calibration(name, evidence.get(name, _GpuEvidence()), tables.get(name, []),
                                statistic, gpu_notes)  # fmt: skip
-        if cal.collectives or cal.gemm is not None:
+        if name in networks:
+            cal = cal.model_copy(update={"network": networks[name]})
+        if cal.collectives or cal.gemm is not None or cal.network is not None:
             gpus[name] = cal
             notes[name] = gpu_notes
     if not gpus:

@@ -60,20 +60,34 @@ class PiecewiseFit:
 
 
 def fit_line(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """(alpha, beta) >= 0 minimising the squared relative error sum(((a + b x) / t - 1)^2)."""
-    if x.size == 1 or np.all(x == x[0]):
-        return float(np.median(t)), 0.0
+    """(alpha, beta) >= 0 minimising the squared relative error sum(((a + b x) / t - 1)^2).
+
+    An exact active-set solve of this two-variable non-negative least squares: the problem
+    is a convex quadratic over the quadrant, so its minimum is the unconstrained optimum when
+    that is feasible and otherwise the clipped one-variable optimum on one of the two edges
+    (or the origin). Every feasible candidate is scored by the objective itself, so the
+    returned pair is the true minimiser (tests check it against brute force and the KKT
+    conditions).
+    """
+    if x.size == 1:
+        return float(t[0]), 0.0  # a single point is met exactly by a flat line
     w = 1.0 / t
-    a_mat = np.stack([w, x * w], axis=1)
-    (a, b), *_ = np.linalg.lstsq(a_mat, np.ones_like(t), rcond=None)
-    if a >= 0 and b >= 0:
-        return float(a), float(b)
-    candidates = []
     xw = x * w
-    if float((xw * xw).sum()) > 0:
-        candidates.append((0.0, float(xw.sum() / (xw * xw).sum())))  # through the origin
-    candidates.append((float(w.sum() / (w * w).sum()), 0.0))  # flat
-    return min(candidates, key=lambda ab: float(np.abs((ab[0] + ab[1] * x) * w - 1).max()))
+    candidates: list[tuple[float, float]] = []
+    if x.size > 1 and not np.all(x == x[0]):
+        a_mat = np.stack([w, xw], axis=1)
+        (a, b), *_ = np.linalg.lstsq(a_mat, np.ones_like(t), rcond=None)
+        if a >= 0 and b >= 0:
+            return float(a), float(b)
+    candidates.append((float(w.sum() / (w * w).sum()), 0.0))  # beta = 0 edge (flat)
+    xx = float((xw * xw).sum())
+    if xx > 0:
+        candidates.append((0.0, max(0.0, float(xw.sum()) / xx)))  # alpha = 0 edge
+    return min(candidates, key=lambda ab: _squared_error(x, t, ab[0], ab[1]))
+
+
+def _squared_error(x: np.ndarray, t: np.ndarray, a: float, b: float) -> float:
+    return float((((a + b * x) / t - 1.0) ** 2).sum())
 
 
 def _max_error(x: np.ndarray, t: np.ndarray, a: float, b: float) -> float:

@@ -30,8 +30,8 @@ from typing import Literal
 
 import numpy as np
 
-from simulator.analysis import union
 from simulator.cost.calibration import GemmPoint, GemmTable
+from simulator.outputs.analysis import union
 from validation.calibrate_fit import fit_line
 from validation.trace.model import ParsedTrace
 from validation.trace.shapes import dtype_size

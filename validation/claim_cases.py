@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from validation.case import Case
 from validation.claims import (
     FERNANDEZ,
     OPTIMUS,
@@ -32,7 +33,6 @@ from validation.claims import (
     zeropp_summary,
 )
 from validation.figures.base import Task, task
-from validation.validate import Case
 
 MODULE = "validation.claims"
 

@@ -143,7 +143,7 @@ def zeropp_point(gcds: int, strategy: str, reduced: bool = False) -> dict[str, A
 
     from simulator.build import build_topology
     from simulator.config import validate_config
-    from simulator.strategy_plans import resolve_hybrid
+    from simulator.search.plans import resolve_hybrid
     from topologies.hardware import gpu_spec
 
     data = zeropp_config(gcds, strategy, reduced)
@@ -229,7 +229,7 @@ def optimus_max_batch(strategy: str, reduced: bool = False) -> dict[str, Any]:
     """The largest batch (sequences, one microbatch) the strategy fits on the machine."""
     from simulator.build import build_topology
     from simulator.config import validate_config
-    from simulator.strategy_plans import resolve_hybrid, resolve_optimus
+    from simulator.search.plans import resolve_hybrid, resolve_optimus
     from topologies.hardware import gpu_spec
     from workloads.hybrid.memory import max_batch_sequences
     from workloads.optimus.memory import optimus_max_batch_sequences

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from simulator.analysis import length
 from simulator.errors import SimulatorError
-from simulator.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
+from simulator.outputs.analysis import length
+from simulator.outputs.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
 from validation.measured import (
     CollRecord,
     MeasuredRun,

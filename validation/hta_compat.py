@@ -4,7 +4,7 @@ Why: a simulated trace is only a trace if the tools that read real ones read it 
 agree. `hta_summary(kineto_dir)` runs HTA's communication/computation overlap and
 temporal breakdown on the per-rank Kineto files of `axsim simulate --out DIR`
 (DIR/kineto); `axsim_summary(timeline)` computes the same quantities with
-simulator.analysis on the simulated RankTimelines, with HTA's definitions:
+simulator.outputs.analysis on the simulated RankTimelines, with HTA's definitions:
 
 - overlap %: time where communication and computation kernels run together, over the
   time communication kernels run (both merged per rank);
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.analysis import intersection_length, union
-from simulator.timeline import COMM_KINDS, RankTimeline
+from simulator.outputs.analysis import intersection_length, union
+from simulator.outputs.timeline import COMM_KINDS, RankTimeline
 
 KEYS = ("overlap_pctg", "kernel_time_us", "idle_time_us", "compute_time_us", "non_compute_time_us")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.analysis import union
+from simulator.outputs.analysis import union
 from validation.trace.classify import classify_kernel
 from validation.trace.model import ParsedTrace
 from validation.trace.shapes import dtype_size

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.timeline import Timeline
+from simulator.outputs.timeline import Timeline
 from topologies.hardware import identify_gpu
 from validation.collective_groups import Signature, resolve_threads
 from validation.errors import TraceError

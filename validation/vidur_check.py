@@ -1,7 +1,7 @@
 """Does axsim reproduce Vidur's collective benchmarks once calibrated on them?
 
 `reproduce_vidur(csv, calibration, machine)` replays every configuration (workers,
-devices per node) of a Vidur network CSV through `simulator.microbench.collective_sweep`
+devices per node) of a Vidur network CSV through `simulator.benchmarks.collectives.collective_sweep`
 (the engine and the network model, with the calibration's tables) on the machine preset
 the benchmark ran on: one group alone, `devices per node` GPUs on each of
 workers/devices-per-node nodes (`--per-node`), every measured size (or every `every`-th).
@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.benchmarks.collectives import collective_sweep
 from simulator.cost.calibration import Calibration
-from simulator.microbench import collective_sweep
 from topologies.catalogue import machine_preset
 from topologies.machines import build_machine
 from validation.calibrate_comm import read_vidur_csv

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 
 
 def register(app: click.Group) -> None:
@@ -29,8 +29,8 @@ def register(app: click.Group) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from simulator.bench import default_cases, run_bench
-        from simulator.render import stdout_console
+        from simulator.benchmarks.scaling import default_cases, run_bench
+        from simulator.outputs.render import stdout_console
 
         cases = default_cases(quick)
         if only is not None:

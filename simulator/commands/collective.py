@@ -3,16 +3,45 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from simulator.commands.params import POSITIVE, FiniteFloat
 from simulator.network.schedules import ALGORITHMS
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 from simulator.units import format_bytes, parse_size_sweep
+from topologies.fabric import ROUTING_POLICIES
 from workloads.ops import CollectiveKind
 
-OPS = tuple(k.value for k in CollectiveKind)  # the same list simulator.microbench checks
+# The same list simulator.benchmarks.collectives checks; defined here so that registering
+# the command does not load the engine.
+OPS = tuple(k.value for k in CollectiveKind)
+# simulator/network/protocols.py PROTOCOLS, named here because that module loads the
+# calibration models (pydantic), which `axsim collective --help` must not
+# (tests/test_cli_lazy.py checks that the two lists agree)
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+
+def _nccl_tests_text(
+    topo: Any,
+    op: str,
+    group: int,
+    placement: int,
+    instances: str,
+    per_node: int | None,
+    rows: list[Any],
+) -> str:
+    """The sweep as nccl-tests prints it, its ranks being the first instance's GPUs."""
+    from simulator.benchmarks.collectives import member_table
+    from simulator.benchmarks.nccl_tests import format_nccl_tests
+    from topologies.hardware import gpu_spec
+
+    first = member_table(topo, group, placement, instances, per_node)[0]
+    nodes = [topo.gpu_node(int(g)) for g in first]
+    title = f"{topo.name}, group {group}, {rows[0].instances} instance(s)"
+    device = gpu_spec(topo.gpu_type).display_name if topo.gpu_type else "GPU"
+    return format_nccl_tests(CollectiveKind(op), rows, nodes, device, title)
 
 
 def register(app: click.Group) -> None:
@@ -66,12 +95,33 @@ def register(app: click.Group) -> None:
         show_default=True,
         help="All instances tiling the machine concurrently, or one alone.",
     )
+    @click.option(
+        "--protocol",
+        type=click.Choice(("auto", *PROTOCOLS)),
+        default="auto",
+        show_default=True,
+        help="NCCL/RCCL protocol (auto: the tuner's choice per size, as NCCL_PROTO unset).",
+    )
+    @click.option(
+        "--routing",
+        type=click.Choice(ROUTING_POLICIES),
+        default=None,
+        help="What-if: the fabric's routing policy (default: the preset's).",
+    )
     @click.option("--nics-per-node", type=int, default=None, help="What-if: NICs per node.")
     @click.option("--nic-bandwidth", type=POSITIVE, default=None, help="What-if: GB/s per NIC.")
     @click.option(
         "--calibration", type=click.Path(), default=None, help="Calibration file (network tables)."
     )
-    @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(("table", "json", "nccl-tests")),
+        default="table",
+        show_default=True,
+        help="A rich table, a JSON list, or the table nccl-tests / rccl-tests print.",
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
     def collective(
         machine: str,
         nodes: int | None,
@@ -85,15 +135,18 @@ def register(app: click.Group) -> None:
         algorithm: str,
         network: str,
         instances: str,
+        protocol: str,
+        routing: str | None,
         nics_per_node: int | None,
         nic_bandwidth: float | None,
         calibration: str | None,
+        fmt: str,
         as_json: bool,
     ) -> None:
         """Time a collective for a sweep of message sizes (time, algbw, busbw)."""
+        from simulator.benchmarks.collectives import collective_sweep
         from simulator.commands.topology import build_from_flags
         from simulator.errors import ConfigError
-        from simulator.microbench import collective_sweep
         from simulator.network.params import network_params_for
 
         if group < 2:
@@ -101,7 +154,11 @@ def register(app: click.Group) -> None:
         if per_node is not None and placement is not None:
             raise ConfigError("give --placement or --per-node, not both")
         placement = 1 if placement is None else placement
-        what_if = {"nics_per_node": nics_per_node, "nic_bandwidth_GBps": nic_bandwidth}
+        what_if = {
+            "nics_per_node": nics_per_node,
+            "nic_bandwidth_GBps": nic_bandwidth,
+            "routing": routing,
+        }
         topo = build_from_flags(
             machine,
             nodes,
@@ -116,21 +173,27 @@ def register(app: click.Group) -> None:
 
             cal = load_calibration(calibration)
         rows = collective_sweep(
-            topo, op, group, placement, sizes, algorithm, network, params, instances, cal, per_node
-        )
-        if as_json:
+            topo, op, group, placement, sizes, algorithm, network, params, instances, cal,
+            per_node, protocol,
+        )  # fmt: skip
+        if as_json or fmt == "json":
             click.echo(json.dumps([stamp(r.as_dict()) for r in rows], indent=2))
+            return
+        if fmt == "nccl-tests":
+            click.echo(
+                _nccl_tests_text(topo, op, group, placement, instances, per_node, rows), nl=False
+            )
             return
         from rich.table import Table
 
-        from simulator.render import stdout_console
+        from simulator.outputs.render import stdout_console
 
         table = Table(
             title=f"{op} on {topo.name}: group {group}, "
             + (f"{per_node} per node" if per_node else f"stride {placement}")
             + f", {rows[0].instances} instance(s), {network}"
         )
-        for col in ("size", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"):
+        for col in ("size", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "protocol"):
             table.add_column(col, justify="right")
         for r in rows:
             table.add_row(
@@ -139,5 +202,6 @@ def register(app: click.Group) -> None:
                 f"{r.algbw_GBps:.2f}",
                 f"{r.busbw_GBps:.2f}",
                 r.algorithm,
+                r.protocol,
             )
         stdout_console().print(table)

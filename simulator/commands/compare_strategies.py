@@ -7,8 +7,8 @@ import json
 import click
 
 from simulator.errors import ConfigError
-from simulator.schema import stamp
-from simulator.strategy_search import (
+from simulator.outputs.versions import stamp
+from simulator.search.strategies import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_STRATEGIES,
     StrategyOutcome,
@@ -40,7 +40,7 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from simulator.render import stdout_console
+    from simulator.outputs.render import stdout_console
 
     table = Table(title=title)
     heads: tuple[str, ...] = ("strategy", "iteration", "TFLOP/s/GPU", "% peak", "exposed comm")
@@ -128,7 +128,7 @@ def register(app: click.Group) -> None:
             raise ConfigError(f"--gpus: must be positive, got {gpus}")
         if max_candidates < 1:
             raise ConfigError(f"--max-candidates: must be positive, got {max_candidates}")
-        from simulator.render import count_bar
+        from simulator.outputs.render import count_bar
 
         with count_bar(progress, "searching", "configurations") as bar:
             outcomes = compare_strategies(

@@ -21,7 +21,7 @@ def register(app: click.Group) -> None:
     def schema(of_report: bool) -> None:
         """Print the JSON Schema of the experiment config (for editors and validation)."""
         if of_report:
-            from simulator.schema import report_json_schema
+            from simulator.outputs.schema import report_json_schema
 
             click.echo(json.dumps(report_json_schema(), indent=2))
         else:

@@ -7,7 +7,7 @@ import json
 import click
 
 from simulator.commands.simulate import flag_overrides, resolve_config
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 
 
 def register(app: click.Group) -> None:
@@ -62,8 +62,9 @@ def register(app: click.Group) -> None:
     ) -> None:
         """Find the best AxoNN grid: analytical ranking of all grids, then simulation of the top K."""
         from simulator.errors import ConfigError
-        from simulator.render import count_bar
-        from simulator.search import DEFAULT_SCREEN, search
+        from simulator.outputs.render import count_bar
+        from simulator.search.grids import DEFAULT_SCREEN
+        from simulator.search.simulated import search
 
         if top < 0:
             raise ConfigError(f"--top must be non-negative, got {top}")
@@ -102,7 +103,7 @@ def register(app: click.Group) -> None:
             return
         from rich.table import Table
 
-        from simulator.render import render_report, stdout_console
+        from simulator.outputs.render import render_report, stdout_console
 
         table = Table(
             title=f"AxoNN grids for {cfg.model.name} on {n} {gpu.name} GPUs ({bandwidths} bandwidths)"

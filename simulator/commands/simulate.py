@@ -178,8 +178,8 @@ def register(app: click.Group) -> None:
     ) -> None:
         """Simulate one training iteration (no arguments: GPT-80B on 1,024 Perlmutter GPUs)."""
         from simulator.api import simulate
-        from simulator.export import make_out_dir, parse_trace_ranks, write_outputs
-        from simulator.render import progress_bar, render_report
+        from simulator.outputs.files import make_out_dir, parse_trace_ranks, write_outputs
+        from simulator.outputs.render import progress_bar, render_report
 
         flags = flag_overrides(
             machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration
@@ -189,7 +189,7 @@ def register(app: click.Group) -> None:
         if chakra and not out_dir:
             raise ConfigError("--chakra writes into the --out folder; give --out DIR")
         if chakra:
-            from simulator.export_chakra import chakra_schema
+            from simulator.outputs.chakra import chakra_schema
 
             chakra_schema()  # before the simulation: a missing extra is one clear line
         if out_dir:  # traces and timeline.csv show every microbatch

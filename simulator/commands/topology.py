@@ -15,7 +15,7 @@ import click
 
 from simulator.commands.params import POSITIVE
 from simulator.errors import ConfigError
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 from topologies.fabric import ROUTING_POLICIES
 
 _FLAGS = {
@@ -81,7 +81,7 @@ def _num(x: Any, digits: int = 1) -> str:
 def _render(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from simulator.render import stdout_console
+    from simulator.outputs.render import stdout_console
 
     console = stdout_console()
     console.print(f"[bold]{summary['name']}[/bold] — {summary['description']}")

@@ -60,6 +60,7 @@ from pydantic import (
 )
 
 from simulator.errors import CostModelError
+from simulator.network.protocols import CollectiveModelSpec
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
 from topologies.yaml_loader import load_user_yaml, yaml_error_line
@@ -244,6 +245,9 @@ class GpuCalibration(BaseModel):
     overlap_slowdown: float | None = Field(default=None, gt=0)
     interference: InterferenceFit | None = None
     rates: KernelRates | None = None
+    # fitted collective-library terms (protocol latencies, bandwidth factors, link
+    # efficiencies) that replace the machine's in the network model
+    network: CollectiveModelSpec | None = None
 
     @field_validator("collectives")
     @classmethod
@@ -299,6 +303,11 @@ class Calibration(BaseModel):
     def for_gpu(self, gpu: str) -> GpuCalibration | None:
         """The calibration of one GPU type, if the file has one."""
         return self.gpus.get(gpu)
+
+    def network_spec(self, gpu: str) -> CollectiveModelSpec | None:
+        """The fitted collective-library terms of one GPU type, if the file has them."""
+        g = self.gpus.get(gpu)
+        return None if g is None else g.network
 
     def overlap_slowdown(self, gpu: str) -> float | None:
         """The calibrated compute slowdown under overlapping communication, if any."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from simulator.cost.model import KernelTimer
 from simulator.cost.terms import Interference
-from simulator.costmodel import KernelTimer
 from simulator.errors import EngineError
 from workloads.graph import Program
 from workloads.ops import (

@@ -23,12 +23,12 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import simpy
 
-from simulator.costmodel import CostModel
+from simulator.cost.model import CostModel
 from simulator.engine.compiled import (
     COLL,
     COMPUTE,
@@ -47,7 +47,10 @@ from simulator.engine.network import (
     queued_events,
     shift_clock,
 )
-from simulator.engine.periodic import Cut, Warp, host_slack_ok, periods_match, take_cut
+from simulator.engine.periodic import Cut, host_slack_ok, periods_match, take_cut
+from simulator.engine.ranks import Pending as _Pending
+from simulator.engine.ranks import RankState as _Rank
+from simulator.engine.ranks import Warp
 from simulator.engine.regions import find_regions
 from simulator.engine.timeline_build import (
     program_columns,
@@ -55,9 +58,9 @@ from simulator.engine.timeline_build import (
     record_issue,
     text_times,
 )
-from simulator.engine.unroll import OrdinalKey, RegionRun, Unrolled, ordinal_key
+from simulator.engine.unroll import RegionRun, Unrolled, ordinal_key
 from simulator.errors import EngineError
-from simulator.timeline import Timeline
+from simulator.outputs.timeline import Timeline
 from topologies.positions import node_position_classes
 from topologies.types import Topology
 from workloads.graph import OpGraph
@@ -67,36 +70,6 @@ ProgressFn = Callable[[int, int, float], None]
 
 CUT_PRIORITY = 3  # after LATE (2): a cut sees the state after every event of its instant
 MAX_PERIOD_COPIES = 2  # periods of 1 or 2 copies are tried (contention may alternate)
-
-
-@dataclass(eq=False)
-class _Rank:
-    """A simulated rank: where each of its streams stands and when its ops ran.
-
-    `ish` and `oshift` are what the copies skipped so far add to the host issue times and
-    to the collective ordinals of the ops still to come; `warps` records the skips."""
-
-    rank: int
-    gpu: int
-    prog: Unrolled
-    start: array
-    end: array
-    pos: list[int]
-    free: list[int]
-    inflight: list[int]
-    waiters: dict[int, list[int]] = field(default_factory=dict)
-    sync: dict[int, int] = field(default_factory=dict)
-    groups: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # kc, expected, position
-    ish: int = 0
-    oshift: dict[OrdinalKey, int] = field(default_factory=dict)
-    warps: list[Warp] = field(default_factory=list)
-
-
-@dataclass(eq=False)
-class _Pending:
-    count: int = 0
-    ready: int = 0
-    parts: list[tuple[_Rank, int, int]] = field(default_factory=list)
 
 
 class _Launch:

@@ -25,7 +25,7 @@ import numpy as np
 import simpy
 
 from simulator.engine.compiled import PS_PER_S, to_ps
-from simulator.network.maxmin import max_min_rates
+from simulator.network.adaptive import solve as solve_shares
 from simulator.network.pricing import BoundPhase, Bundle, CollectivePricer, PhasePlan
 from workloads.ops import CollectiveKind
 
@@ -449,11 +449,8 @@ class ContentionNetwork:
         self._after(dt_ps, lambda: self._check(comp, version), tag=("check", comp, version))
 
     def _solve(self, members: list[_Coflow]) -> np.ndarray:
-        sizes = [c.phase.links.size for c in members]
-        cf = np.repeat(np.arange(len(members), dtype=np.int64), sizes)
-        links = np.concatenate([c.phase.links for c in members])
-        counts = np.concatenate([c.phase.counts for c in members])
-        return max_min_rates(cf, links, counts, self.capacity, len(members))
+        # adaptive-routed phases choose their minimal share by load (network/adaptive.py)
+        return solve_shares([c.phase for c in members], self.capacity)
 
     @staticmethod
     def _finished(c: _Coflow) -> bool:

@@ -37,15 +37,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from simulator.engine.network import Activation, queued_events
+from simulator.engine.ranks import Pending, RankState
 from simulator.engine.unroll import RegionRun
 
 if TYPE_CHECKING:
-    from simulator.engine.core import Engine, _Rank
+    import simpy
+
+    from simulator.engine.network import AlphaBetaNetwork, ContentionNetwork, NetworkStats
+
+
+class EngineState(Protocol):
+    """What the prover reads of the engine (simulator/engine/core.py `Engine`)."""
+
+    @property
+    def env(self) -> simpy.Environment: ...
+    @property
+    def net(self) -> AlphaBetaNetwork | ContentionNetwork: ...
+    @property
+    def pending(self) -> dict[tuple[object, ...], Pending]: ...
+    @property
+    def ranks(self) -> list[RankState]: ...
+    @property
+    def stats(self) -> NetworkStats: ...
+
 
 NONE = np.iinfo(np.int64).min  # "not yet" in a relative time array
 
@@ -70,24 +89,7 @@ class Cut:
     link_bytes: dict[int, float]
 
 
-@dataclass(frozen=True)
-class Warp:
-    """Skipped periods of one rank: records [lo1, lo2) (unrolled indices) stand for
-    `periods` more copies, the j-th shifted by j·period_ps; records from lo2 on were moved
-    `periods`·period_ps later. [t1, t2) is the compared period on the clock before the
-    skip (picoseconds). `host_ps` is what the skipped copies added to the host issue times
-    of records from lo2 on."""
-
-    lo1: int
-    lo2: int
-    periods: int
-    period_ps: int
-    t1: int
-    t2: int
-    host_ps: int = 0
-
-
-def _window(r: _Rank, now: int) -> tuple[int, int, bool]:
+def _window(r: RankState, now: int) -> tuple[int, int, bool]:
     """(lo, hi, idle) of rank r at instant `now`."""
     prog = r.prog
     lo = hi = -1
@@ -115,7 +117,7 @@ def _relative(a: np.ndarray, now: int) -> bytes:
     return np.where(a >= 0, a - now, NONE).tobytes()
 
 
-def _rank_canon(r: _Rank, lo: int, hi: int, now: int) -> tuple[object, ...]:
+def _rank_canon(r: RankState, lo: int, hi: int, now: int) -> tuple[object, ...]:
     st = np.frombuffer(r.start, dtype=np.int64)[lo:hi]
     en = np.frombuffer(r.end, dtype=np.int64)[lo:hi]
     prog = r.prog
@@ -129,7 +131,7 @@ def _rank_canon(r: _Rank, lo: int, hi: int, now: int) -> tuple[object, ...]:
     return (_relative(st, now), _relative(en, now), nxt, inflight, free, waiters, sync)
 
 
-def take_cut(engine: Engine, now: int) -> Cut:
+def take_cut(engine: EngineState, now: int) -> Cut:
     """The engine's state now, relative to `now` and to each rank's window."""
     windows: list[RankWindow] = []
     ranks: list[tuple[object, ...]] = []
@@ -140,7 +142,7 @@ def take_cut(engine: Engine, now: int) -> Cut:
         windows.append(RankWindow(lo, hi, run, idle))
         ranks.append(_rank_canon(r, lo, hi, now))
 
-    def part(p: tuple[_Rank, int, int]) -> tuple[int, int, int]:
+    def part(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
         r, i, s = p
         k = index[id(r)]
         return (k, i - windows[k].lo, s)
@@ -205,7 +207,7 @@ def periods_match(a: Cut, b: Cut, copies: int) -> bool:
     return True
 
 
-def host_slack_ok(engine: Engine, a: Cut, b: Cut, copies: int) -> bool:
+def host_slack_ok(engine: EngineState, a: Cut, b: Cut, copies: int) -> bool:
     """The host never binds a skipped copy (see the module docstring)."""
     period = b.time - a.time
     for r, wa, wb in zip(engine.ranks, a.windows, b.windows, strict=True):

@@ -14,9 +14,9 @@ from array import array
 import numpy as np
 
 from simulator.engine.compiled import PS_PER_S, CompiledProgram
-from simulator.engine.periodic import Warp
+from simulator.engine.ranks import Warp
 from simulator.engine.unroll import Unrolled
-from simulator.timeline import RankTimeline
+from simulator.outputs.timeline import RankTimeline
 from workloads.ops import CollectiveOp, ComputeOp, RecvOp, SendOp
 
 

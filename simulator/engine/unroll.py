@@ -9,20 +9,29 @@ they are never built. Ranks that run one program share its unrolled lists.
 Indices: the engine works in *unrolled* indices (the order ops were unrolled). Copy k of
 a region occupies [copy_starts[k], copy_starts[k] + length); ordinals of collectives and
 host issue times count unrolled ops, and each rank adds what its skipped copies would
-have added (`_Rank.ish`, `_Rank.oshift` in simulator/engine/core.py).
+have added (`RankState.ish`, `RankState.oshift` in simulator/engine/ranks.py).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from simulator.engine.compiled import COLL, CommInfo, CompiledProgram
 from simulator.engine.regions import INSIDE, PREV, Region
 
-if TYPE_CHECKING:
-    from simulator.engine.core import _Rank
+
+class RankStreams(Protocol):
+    """What unrolling reads of a rank (simulator/engine/ranks.py `RankState`): its op
+    start and end times, to see whether a stream's next op is done."""
+
+    @property
+    def start(self) -> array: ...
+    @property
+    def end(self) -> array: ...
+
 
 OrdinalKey = tuple[str, int, int]
 """(group, op kind code, peer): what one ordinal counter counts (collectives: peer -1)."""
@@ -92,9 +101,11 @@ class Unrolled:
         self.program = cp.program
         self.stream_names = cp.stream_names
         self.runs: list[RegionRun] = []
-        self.users: list[_Rank] = []
-        self.parked: dict[int, list[_Rank]] = {}
-        self.work: deque[tuple[_Rank, int]] = deque()  # the engine's: woken streams go here
+        self.users: list[Any] = []
+        self.parked: dict[int, list[Any]] = {}
+        self.work: deque[tuple[Any, int]] = (
+            deque()
+        )  # the engine's (RankState),: woken streams go here
         if not regions:  # nothing repeats: the compiled text is the unrolled program
             self.kind, self.stream, self.deps = cp.kind, cp.stream, cp.deps
             self.dur, self.issue, self.comm = cp.dur_ps, cp.issue_ps, cp.comm
@@ -291,7 +302,7 @@ class Unrolled:
             r.end.extend(neg)
 
     # --------------------------------------------------------------- parking
-    def need(self, r: _Rank, s: int) -> bool:
+    def need(self, r: RankStreams, s: int) -> bool:
         """Rank r's stream s has run out of unrolled ops: unroll more. True if the stream
         got new ops (continue); else it waits until some do (parked)."""
         n = len(self.stream_ops[s])
@@ -309,7 +320,7 @@ class Unrolled:
             self.parked.setdefault(s, []).append(r)
         return False
 
-    def _wake(self, streams: set[int], skip: _Rank | None, skip_s: int) -> None:
+    def _wake(self, streams: set[int], skip: RankStreams | None, skip_s: int) -> None:
         for s in streams:
             waiting = self.parked.pop(s, None)
             if waiting:

@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from simulator.errors import CostModelError
+from simulator.network.adaptive import SplitUsage, best_split
+from simulator.network.adaptive import solve as solve_shares
 from simulator.network.params import NetworkParams
 from simulator.network.schedules import (
     ALGORITHMS,
     Layout,
     OrderFn,
+    Phase,
     Schedule,
     build_schedule,
     candidate_algorithms,
@@ -46,16 +49,37 @@ NCCL_TREE_RATIO = 0.92 * 0.5
 
 @dataclass(frozen=True, eq=False)
 class BoundPhase:
-    """One phase of a bundle on the topology."""
+    """One phase of a bundle on the topology.
+
+    Its latency depends on the protocol the tuner picks (`CollectivePricer.phase_latency`),
+    taken on minimal routes (adaptive routing sends unloaded traffic minimally):
+    `inter_steps` of its `steps` cross nodes and pay the route's worst inter-node latency
+    plus the protocol's network step latency, the others the worst node-local route
+    latency plus the protocol's node-local step latency.
+    """
 
     links: np.ndarray  # unique link ids used
     counts: np.ndarray  # flows (route-weighted, summed over instances) per link
-    latency_s: float  # steps x (worst route latency + per-step software latency)
     rate_Bps: float  # alpha-beta per-flow rate: slowest flow's bottleneck, no sharing
     bytes_factor: float  # bytes per flow = bytes_factor x S
     steps: int
     shared_rate_Bps: float = np.inf  # per-flow rate when the bundle's own flows share links
     inter: bool = False  # some flow leaves its node
+    inter_steps: int = 0  # of `steps`, those that cross nodes
+    near_s: float = 0.0  # worst route latency of a node-local flow
+    far_s: float = 0.0  # worst route latency of any flow (node-local or not)
+    # adaptive routing: the usage with every flow minimal / Valiant (over `links`), and
+    # the minimal share the phase takes alone (`counts` is that mixture); None otherwise
+    split: SplitUsage | None = None
+    split_x: float = 1.0
+    # per-flow rate of one instance alone, its own flows sharing links: what its
+    # communicator's tuner sees, whatever the bundle aggregates (protocol choice and
+    # calibrated tables use it, so the full and symmetric modes choose alike)
+    instance_rate_Bps: float = np.inf
+    # the same phase of the same collective (group kind), whatever the layout class and
+    # however instances are bundled: adaptive routing decides per family and a family
+    # advances at one rate, as the symmetric mode's lockstep instances do
+    family: Hashable = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,11 +96,13 @@ class Bundle:
 @dataclass(frozen=True)
 class PhasePlan:
     """How a bundle runs for one message size: overhead, then per phase its latency and
-    the bytes each flow moves (calibration may stretch both)."""
+    the bytes each flow puts on the wire (the protocol's and calibration's stretch
+    included), and the protocol that was chosen ("table" for a calibrated table)."""
 
     overhead_s: float
     latency_s: tuple[float, ...]
     bytes_per_flow: tuple[float, ...]
+    protocol: str = "Simple"
 
 
 class CollectivePricer:
@@ -89,16 +115,24 @@ class CollectivePricer:
         algorithm: str = "auto",
         calibration: Calibration | None = None,
         gpu: str | None = None,
+        protocol: str = "auto",
     ):
         if algorithm != "auto" and algorithm not in ALGORITHMS:
             raise CostModelError(
                 f"unknown collective algorithm '{algorithm}' (use auto or one of {', '.join(ALGORITHMS)})"
             )
+        self.gpu = gpu or topology.gpu_type
+        measured = calibration.network_spec(self.gpu) if calibration is not None else None
+        if measured is not None:  # a calibration's fitted protocol terms and efficiencies
+            params = params.with_spec(measured)
+        if protocol != "auto" and protocol not in params.collectives.terms:
+            known = ", ".join(params.collectives.terms)
+            raise CostModelError(f"unknown protocol '{protocol}' (use auto or one of {known})")
         self.topology = topology
         self.params = params
         self.calibration = calibration
-        self.gpu = gpu or topology.gpu_type
         self.algorithm = algorithm
+        self.protocol = protocol
         self.bandwidth_Bps = params.effective_bandwidth(topology)
         self.latency_s = topology.links.latency_s
         node = topology.devices.node[topology.gpus]
@@ -107,6 +141,12 @@ class CollectivePricer:
         # topology builders store these metadata entries as ints (see topologies/machines.py)
         self.package_size = int(cast("int | None", topology.metadata.get("package_size", 1)) or 1)
         self.homogeneous = bool(topology.metadata.get("homogeneous_nodes", True))
+        fabric = cast("dict[str, object]", topology.metadata.get("fabric") or {})
+        # dragonfly adaptive routing: flow bundles split minimal / Valiant by load
+        self.adaptive = (
+            topology.metadata.get("routing") == "adaptive" and fabric.get("kind") == "dragonfly"
+        )
+        self._minimal = "ecmp" if self.adaptive else None
         self._gpu_at: dict[tuple[int, int], int] = {
             (int(nd), int(lc)): g
             for g, (nd, lc) in enumerate(zip(self.gpu_node, self.gpu_local, strict=True))
@@ -129,12 +169,20 @@ class CollectivePricer:
         self._cycles_cache: dict[tuple[int, ...], list[list[int]]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
-        self._plan_cache: dict[tuple[int, CollectiveKind, float, bool], PhasePlan] = {}
+        # one instance's shared rate per (canonical instance, phase): many collectives
+        # (layout classes, algorithms' repeated phases, groups of the same shape) repeat it
+        self._alone_cache: dict[Hashable, float] = {}
+        self._plan_cache: dict[
+            tuple[int, CollectiveKind | None, float, bool], tuple[Bundle, PhasePlan]
+        ] = {}
         # how the tuner compares candidates: "shared" (the bundle's own link sharing, as the
         # contention model sees it alone) or "bottleneck" (alpha-beta's route bottlenecks):
         # the engine sets it to its network model so choices and prices agree
         self.tuner = "shared"
         self._choice_cache: dict[Hashable, str] = {}
+        self._joint_cache: dict[
+            tuple[int, ...], tuple[tuple[Bundle, ...], list[tuple[float, ...]]]
+        ] = {}
 
     # ------------------------------------------------------------- layouts
     def layout(self, gpus: Sequence[int] | np.ndarray) -> Layout:
@@ -314,11 +362,11 @@ class CollectivePricer:
         return links, weights, rates, lats
 
     def _routed_parts(
-        self, src: np.ndarray, dst: np.ndarray
+        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Links/weights of arbitrary flows from the topology's router, with per-flow rate and
         latency computed in numpy over the flattened paths."""
-        batch = self.topology.routes_batch(src, dst)
+        batch = self.topology.routes_batch(src, dst, policy)
         links, plen, pw = batch.links, batch.path_len, batch.path_weight
         starts = np.concatenate([[0], np.cumsum(plen)[:-1]])
         bott = np.minimum.reduceat(self.bandwidth_Bps[links], starts) / pw
@@ -329,7 +377,7 @@ class CollectivePricer:
         return links, np.repeat(pw, plen), rates, lats
 
     def _flow_links(
-        self, src: np.ndarray, dst: np.ndarray
+        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None
     ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
         """All links (with route weights) of a set of flows, their slowest rate, the worst
         path latency of node-local and of inter-node flows, and whether any flow leaves
@@ -362,13 +410,13 @@ class CollectivePricer:
                         links += lk
                         weights += wt
                     else:
-                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop])
+                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop], policy)
                         links.append(lk1)
                         weights.append(wt1)
                     rate = min(rate, float(rt.min()))
                     first_lat[hop] = lt
                     a = np.where(hop, relay, a)
-            lk2, wt2, rt2, lt2 = self._routed_parts(a, b)
+            lk2, wt2, rt2, lt2 = self._routed_parts(a, b, policy)
             links.append(lk2)
             weights.append(wt2)
             rate = min(rate, float(rt2.min()))
@@ -382,18 +430,22 @@ class CollectivePricer:
         return np.concatenate(links), np.concatenate(weights), rate, (lat, far_lat), inter
 
     def _shared_flow_links(
-        self, src: np.ndarray, dst: np.ndarray, share: np.ndarray | None
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        share: np.ndarray | None,
+        policy: str | None = None,
     ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
         """`_flow_links` of flows that each carry `share` of the phase's per-flow bytes:
         their route weights scale by it and their rate (bytes over time) divides by it."""
         if share is None:
-            return self._flow_links(src, dst)
+            return self._flow_links(src, dst, policy)
         links: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         rate, near, far, inter = float("inf"), 0.0, 0.0, False
         for value in np.unique(share).tolist():
             sel = share == value
-            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel])
+            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel], policy)
             links.append(lk)
             weights.append(wt * value)
             rate, near, far, inter = min(rate, rt / value), max(near, ln), max(far, lf), inter or it
@@ -401,7 +453,11 @@ class CollectivePricer:
 
     # --------------------------------------------------------------- binding
     def _link_loads(
-        self, src: np.ndarray, dst: np.ndarray, share: np.ndarray | None
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        share: np.ndarray | None,
+        policy: str | None = None,
     ) -> tuple[np.ndarray, float, tuple[float, float], bool]:
         """Flow multiplicity per link (dense over all links) of a phase's flows, with
         their slowest rate, worst (node-local, inter-node) latencies and whether any
@@ -411,41 +467,112 @@ class CollectivePricer:
         for lo in range(0, max(src.shape[0], 1), BIND_CHUNK_FLOWS):
             hi = lo + BIND_CHUNK_FLOWS
             part = None if share is None else share[lo:hi]
-            links, w, rt, (ln, lf), it = self._shared_flow_links(src[lo:hi], dst[lo:hi], part)
+            links, w, rt, (ln, lf), it = self._shared_flow_links(
+                src[lo:hi], dst[lo:hi], part, policy
+            )
             if links.size:
                 dense += np.bincount(links, weights=w, minlength=self.num_links)
             rate, near, far, inter = min(rate, rt), max(near, ln), max(far, lf), inter or it
         return dense, rate, (near, far), inter
 
-    def _bind(self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray) -> Bundle:
+    def _usage(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        share: np.ndarray | None,
+        dense: np.ndarray,
+        inter: bool,
+    ) -> tuple[np.ndarray, np.ndarray, SplitUsage | None, float]:
+        """(links, flow multiplicity per link, adaptive split, minimal share alone) of a
+        phase whose minimal-route usage is `dense`: under adaptive routing a phase that
+        crosses the fabric also gets its all-Valiant usage and the split it takes alone
+        (O(flows + links): no sort of millions of entries)."""
+        if self.adaptive and inter:
+            valiant, _, _, _ = self._link_loads(src, dst, share, "valiant")
+            if not np.array_equal(dense, valiant):
+                uniq = np.flatnonzero(dense + valiant)
+                split = SplitUsage(dense[uniq], valiant[uniq])
+                x = best_split(split, self.bandwidth_Bps[uniq])
+                return uniq, split.mixture(x), split, x
+        uniq = np.flatnonzero(dense)
+        return uniq, dense[uniq], None, 1.0
+
+    def _phase_usage(
+        self, instances: np.ndarray, rows: np.ndarray, ph: Phase
+    ) -> tuple[np.ndarray, np.ndarray, SplitUsage | None, float, float, tuple[float, float], bool]:
+        """(links, counts, adaptive split, its share alone, slowest route rate, (near,
+        far) route latencies, crosses nodes) of one schedule phase over instance `rows`."""
+        src = instances[np.ix_(rows, ph.src)].ravel()
+        dst = instances[np.ix_(rows, ph.dst)].ravel()
+        share = None if ph.share is None else np.tile(ph.share, len(rows))
+        dense, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
+        uniq, counts, split, split_x = self._usage(src, dst, share, dense, inter)
+        return uniq, counts, split, split_x, rate, lat, inter
+
+    def _canonical(self, gpus: np.ndarray) -> np.ndarray:
+        """A 1 x p table: the instance moved to start at node 0 (same node offsets and
+        local indices); itself where nodes are not uniform or it does not fit."""
+        nodes = self.gpu_node[gpus]
+        moved = (
+            self._gpu_grid[nodes - nodes.min(), self.gpu_local[gpus]] if self.homogeneous else gpus
+        )
+        return (gpus if (moved < 0).any() else moved)[None, :]
+
+    def _shared_rate(self, links: np.ndarray, counts: np.ndarray) -> float:
+        used = counts > 0
+        bw = self.bandwidth_Bps[links]
+        return float((bw[used] / counts[used]).min()) if used.any() else np.inf
+
+    def _alone_rate(self, canonical: np.ndarray, ph: Phase) -> float:
+        """The shared rate of one instance alone (`canonical`, a 1 x p table) in phase
+        `ph`, cached on the instance and the phase's flows."""
+        key = (
+            canonical.tobytes(),
+            ph.src.tobytes(),
+            ph.dst.tobytes(),
+            None if ph.share is None else ph.share.tobytes(),
+        )
+        hit = self._alone_cache.get(key)
+        if hit is None:
+            one = self._phase_usage(canonical, np.zeros(1, dtype=np.int64), ph)
+            hit = self._alone_cache[key] = self._shared_rate(one[0], one[1])
+        return hit
+
+    def _bind(
+        self, schedule: Schedule, instances: np.ndarray, rows: np.ndarray, family: Hashable
+    ) -> Bundle:
         phases: list[BoundPhase] = []
-        for ph in schedule.phases:
-            src = instances[np.ix_(rows, ph.src)].ravel()
-            dst = instances[np.ix_(rows, ph.dst)].ravel()
-            share = None if ph.share is None else np.tile(ph.share, len(rows))
-            dense, rate, (near, far), inter = self._link_loads(src, dst, share)
-            uniq = np.flatnonzero(dense)  # O(flows + links): no sort of millions of entries
-            counts = dense[uniq]
-            intra_step = near + self.params.step_latency_intra_s
-            inter_step = max(near, far) + self.params.step_latency_inter_s
+        canonical = self._canonical(instances[rows[0]])
+        for i, ph in enumerate(schedule.phases):
+            uniq, counts, split, split_x, rate, (near, far), inter = self._phase_usage(
+                instances, rows, ph
+            )
             if not inter:
-                latency = ph.steps * intra_step
+                crossing = 0
             elif ph.inter_steps is None:
-                latency = ph.steps * inter_step
+                crossing = ph.steps
             else:  # NCCL's latency model: only the node-crossing steps pay the network's
-                k = min(ph.inter_steps, ph.steps)
-                latency = k * inter_step + (ph.steps - k) * intra_step
-            shared = float((self.bandwidth_Bps[uniq] / counts).min()) if uniq.size else np.inf
+                crossing = min(ph.inter_steps, ph.steps)
+            shared = self._shared_rate(uniq, counts)
+            # one instance alone, what its communicator's tuner sees: the layout placed
+            # from node 0, the same for every instance and however they are bundled
+            alone = self._alone_rate(canonical, ph)
             phases.append(
                 BoundPhase(
                     links=uniq,
                     counts=counts,
-                    latency_s=latency,
                     rate_Bps=float(rate),
                     bytes_factor=ph.bytes_factor,
                     steps=ph.steps,
                     shared_rate_Bps=shared,
                     inter=inter,
+                    inter_steps=crossing,
+                    near_s=near,
+                    far_s=max(near, far),
+                    split=split,
+                    split_x=split_x,
+                    instance_rate_Bps=alone,
+                    family=(family, i),
                 )
             )
         tier = "inter_node" if any(ph.steps and ph.inter for ph in phases) else "intra_node"
@@ -477,7 +604,11 @@ class CollectivePricer:
         bundles = []
         for layout, rows in self.layout_classes(inst).items():
             schedule = build_schedule(algorithm, kind, layout, self._order_fn(inst[rows[0]]), root)
-            bundles.append(self._bind(schedule, inst, rows))
+            # the collective's identity across layout classes and engine modes: its group
+            # kind (the activation key's first part), else this layout
+            group = key[0] if isinstance(key, tuple) and key else key
+            family = (kind, algorithm, root, layout if key is None else group)
+            bundles.append(self._bind(schedule, inst, rows, family))
         result = tuple(bundles)
         if cache_key is not None:
             self._bind_cache[cache_key] = result
@@ -510,13 +641,14 @@ class CollectivePricer:
         key: Hashable | None = None,
     ) -> str:
         """The algorithm with the smallest estimated time for `nbytes` (latency plus bytes
-        over the rate its flows get when they share links), as NCCL's tuner picks per
-        size. The contention tuner prices every instance at once, as they run in a job: a
-        lone instance's estimate favoured the tree where its concurrent instances then
-        collide on the fabric, so more fabric bandwidth could flip the choice and slow the
-        iteration. The engine passes a group's instances all together in both modes, so
-        full and symmetric runs choose alike. The alpha-beta tuner (route bottlenecks, no
-        sharing) prices one instance of each layout, which stands for all."""
+        over the rate its flows get), as NCCL's tuner picks per size, each candidate with
+        its own best protocol. The contention tuner prices every instance at once, as they
+        run in a job, across layout classes too: the flows of all bundles share the links
+        max-min fairly (a lone instance, or one class alone, favoured the tree where the
+        instances then collide on the fabric, so more fabric bandwidth could flip the choice
+        and slow the iteration). The engine passes a group's instances all together in both
+        modes, so full and symmetric runs choose alike. The alpha-beta tuner (route
+        bottlenecks, no sharing) prices one instance of each layout, which stands for all."""
         if kind is CollectiveKind.SEND_RECV:
             return "direct"
         ckey = None if key is None else (key, kind, root, float(nbytes), self.tuner)
@@ -538,8 +670,14 @@ class CollectivePricer:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
+            rates = self.joint_rates(b) if shared else [None] * len(b)
             terms[cand] = max(
-                (self.time_terms(x, nbytes, kind, shared) for x in b), key=sum, default=(0.0, 0.0)
+                (
+                    self.time_terms(x, nbytes, kind, shared, rates=r)
+                    for x, r in zip(b, rates, strict=True)
+                ),
+                key=sum,
+                default=(0.0, 0.0),
             )
         if "tree" in terms and "ring" in terms and kind is CollectiveKind.ALL_REDUCE:
             # NCCL's tuner gives tree and ring the same bus bandwidth and converts it to
@@ -561,18 +699,74 @@ class CollectivePricer:
             self._choice_cache[ckey] = best_algo
         return best_algo
 
+    def joint_rates(self, bundles: Sequence[Bundle]) -> list[tuple[float, ...]]:
+        """Per bundle, per phase: the per-flow rate when the same phase of every bundle
+        runs at once and all their flows share the links max-min fairly (the bundles of
+        one activation start together and their phases are alike, so phase i of one
+        class overlaps phase i of the others)."""
+        key = tuple(id(b) for b in bundles)
+        hit = self._joint_cache.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], bundles, strict=True)):
+            return hit[1]
+        depth = max((len(b.phases) for b in bundles), default=0)
+        out: list[list[float]] = [[] for _ in bundles]
+        for i in range(depth):
+            live = [j for j, b in enumerate(bundles) if len(b.phases) > i]
+            if len(live) == 1:
+                j = live[0]
+                out[j].append(bundles[j].phases[i].shared_rate_Bps)
+                continue
+            phases = [bundles[j].phases[i] for j in live]
+            rates = solve_shares(phases, self.bandwidth_Bps)
+            for j, r in zip(live, rates.tolist(), strict=True):
+                out[j].append(r)
+        result = [tuple(r) for r in out]
+        self._joint_cache[key] = (tuple(bundles), result)
+        return result
+
+    def phase_latency(self, phase: BoundPhase, protocol: str) -> float:
+        """A phase's latency under `protocol`: node-crossing steps pay the worst route
+        latency plus the protocol's network step latency, the others the node-local ones."""
+        t = self.params.collectives.term(protocol)
+        k = phase.inter_steps
+        return k * (phase.far_s + t.inter_step_s) + (phase.steps - k) * (
+            phase.near_s + t.intra_step_s
+        )
+
+    def protocols_for(self, bundle: Bundle) -> tuple[str, ...]:
+        """The protocols the tuner weighs for a bundle (a forced one alone)."""
+        if self.protocol != "auto":
+            return (self.protocol,)
+        return self.params.collectives.protocols(bundle.tier == "inter_node")
+
     def time_terms(
-        self, bundle: Bundle, nbytes: float, kind: CollectiveKind, shared: bool
+        self,
+        bundle: Bundle,
+        nbytes: float,
+        kind: CollectiveKind | None,
+        shared: bool,
+        rates: Sequence[float] | None = None,
     ) -> tuple[float, float]:
-        """(latency, transfer) seconds of a bundle alone, calibrated tables applied:
-        `shared` prices its flows sharing links among themselves (the contention model
-        seen alone), else at their route bottlenecks (alpha-beta)."""
+        """(latency, transfer) seconds of a bundle alone, its protocol chosen and calibrated
+        tables applied: `shared` prices its flows sharing links among themselves (the
+        contention model seen alone), else at their route bottlenecks (alpha-beta);
+        `rates` (per phase) replaces those rates (the tuner's joint sharing)."""
         pl = self.plan(bundle, kind, nbytes, shared)
         transfer = 0.0
-        for b, ph in zip(pl.bytes_per_flow, bundle.phases, strict=True):
+        for i, (b, ph) in enumerate(zip(pl.bytes_per_flow, bundle.phases, strict=True)):
             if b > 0:
-                transfer += b / (ph.shared_rate_Bps if shared else ph.rate_Bps)
+                rate = rates[i] if rates is not None else self._rate(ph, shared)
+                transfer += b / rate
         return pl.overhead_s + sum(pl.latency_s), transfer
+
+    @staticmethod
+    def _rate(phase: BoundPhase, shared: bool) -> float:
+        return phase.shared_rate_Bps if shared else phase.rate_Bps
+
+    @staticmethod
+    def _tuner_rate(phase: BoundPhase, shared: bool) -> float:
+        """The rate one instance's tuner (NCCL's, per communicator) prices with."""
+        return phase.instance_rate_Bps if shared else phase.rate_Bps
 
     # ---------------------------------------------------------------- pricing
     def estimate_time_s(
@@ -580,66 +774,88 @@ class CollectivePricer:
     ) -> float:
         """Time of a bundle alone on the network, its own flows sharing links fairly
         (calibrated tables apply when `kind` is given)."""
-        if kind is not None:
-            return sum(self.time_terms(bundle, nbytes, kind, shared=True))
-        t = self.params.collective_overhead_s
-        for ph in bundle.phases:
-            t += ph.latency_s
-            if nbytes > 0 and ph.bytes_factor > 0:
-                t += ph.bytes_factor * nbytes / ph.shared_rate_Bps
-        return t
+        return sum(self.time_terms(bundle, nbytes, kind, shared=True))
 
-    def plan(self, bundle: Bundle, kind: CollectiveKind, nbytes: float, shared: bool) -> PhasePlan:
-        """Latencies and per-flow bytes of a bundle for `nbytes`.
+    def plan(
+        self, bundle: Bundle, kind: CollectiveKind | None, nbytes: float, shared: bool
+    ) -> PhasePlan:
+        """Latencies and per-flow wire bytes of a bundle for `nbytes`, and its protocol.
 
-        Without calibration: the collective overhead, each phase's latency and its bytes.
-        With a calibrated table for (GPU, tier, kind, group size), the bundle's isolated
-        time equals the table (a size-1 group, which has no phases, pays all of it as
-        overhead): the table's alpha replaces overhead and latencies (spread
-        over phases by step count) and every phase's bytes are stretched by the ratio of
-        the table's bandwidth term to the model's (`shared`: with the bundle's own link
-        sharing, as the contention model sees it alone; else route bottlenecks), so
+        Without calibration: the protocol NCCL's tuner would pick for one instance alone
+        (each communicator tunes itself, so the choice does not depend on how instances
+        are bundled): the smallest launch (+ the network's base for a bundle crossing
+        nodes) + base latency + step latencies + bytes / (rate x bandwidth factor) among
+        the protocols enabled on the bundle's tier; its latencies, and each phase's bytes
+        inflated by the protocol's bandwidth factor. With a calibrated table for (GPU,
+        tier, kind, group size), the bundle's isolated time equals the table (a size-1
+        group, which has no phases, pays all of it as overhead): the table's alpha
+        replaces overhead and latencies (spread over phases by step count) and every
+        phase's bytes are stretched by the ratio of the table's bandwidth term to the
+        model's for one instance alone (`shared`; else at route bottlenecks), so
         contention still slows it down where links are shared with others.
         """
         ckey = (id(bundle), kind, nbytes, shared)
         hit = self._plan_cache.get(ckey)
-        if hit is not None:
-            return hit
+        if hit is not None and hit[0] is bundle:  # ids of dead bundles can be reused
+            return hit[1]
         result = self._plan(bundle, kind, nbytes, shared)
-        self._plan_cache[ckey] = result
+        self._plan_cache[ckey] = (bundle, result)
         return result
 
-    def _plan(self, bundle: Bundle, kind: CollectiveKind, nbytes: float, shared: bool) -> PhasePlan:
+    def _protocol_plan(self, bundle: Bundle, nbytes: float, shared: bool) -> PhasePlan:
         phases = bundle.phases
-        raw = tuple(ph.bytes_factor * nbytes for ph in phases)
-        plain = PhasePlan(
-            self.params.collective_overhead_s, tuple(ph.latency_s for ph in phases), raw
-        )
+        launch = self.params.collectives.launch_overhead_s
+        if not phases:
+            return PhasePlan(launch, (), ())
+        if bundle.tier == "inter_node":
+            launch += self.params.collectives.inter_node_base_s
+        best: PhasePlan | None = None
+        best_t = np.inf
+        for proto in self.protocols_for(bundle):
+            term = self.params.collectives.term(proto)
+            lat = tuple(self.phase_latency(ph, proto) for ph in phases)
+            wire = tuple(ph.bytes_factor * nbytes / term.bandwidth_factor for ph in phases)
+            total = launch + term.base_latency_s + sum(lat)
+            total += sum(
+                b / self._tuner_rate(ph, shared)
+                for b, ph in zip(wire, phases, strict=True)
+                if b > 0
+            )
+            if total < best_t:
+                best_t = total
+                best = PhasePlan(launch + term.base_latency_s, lat, wire, proto)
+        assert best is not None  # protocols_for never returns an empty tuple
+        return best
+
+    def _plan(
+        self, bundle: Bundle, kind: CollectiveKind | None, nbytes: float, shared: bool
+    ) -> PhasePlan:
+        phases = bundle.phases
         table = None
-        if self.calibration is not None:
+        if self.calibration is not None and kind is not None:
             table = self.calibration.collective(self.gpu, bundle.tier, kind, bundle.group_size)
         if table is None:
-            return plain
+            return self._protocol_plan(bundle, nbytes, shared)
+        assert kind is not None
         seg = table.segment_for(nbytes)
         if seg is not None:
             alpha, total = seg.alpha_s, seg.time_s(nbytes)
         else:
             bus = table.busbw_Bps(nbytes)
             if not bus:
-                return plain
+                return self._protocol_plan(bundle, nbytes, shared)
             alpha, total = 0.0, nbytes * bus_factor(kind, bundle.group_size) / bus
         if not phases:  # a size-1 group moves nothing: its measured time is all overhead
-            return PhasePlan(total, (), ())
-        model_bw = sum(
-            b / (ph.shared_rate_Bps if shared else ph.rate_Bps)
-            for b, ph in zip(raw, phases, strict=True)
-        )
+            return PhasePlan(total, (), (), "table")
+        raw = tuple(ph.bytes_factor * nbytes for ph in phases)
+        model_bw = sum(b / self._tuner_rate(ph, shared) for b, ph in zip(raw, phases, strict=True))
         stretch = (total - alpha) / model_bw if model_bw > 0 else 1.0
         steps = sum(ph.steps for ph in phases) or 1
         return PhasePlan(
             0.0,
             tuple(alpha * ph.steps / steps for ph in phases),
             tuple(b * stretch for b in raw),
+            "table",
         )
 
     def alpha_beta_time_s(
@@ -648,14 +864,7 @@ class CollectivePricer:
         """Isolated time of a bundle: per phase latency + bytes over the bottleneck rate
         (a size-1 group still pays the collective's launch overhead); calibrated tables
         apply when `kind` is given."""
-        if kind is not None:
-            return sum(self.time_terms(bundle, nbytes, kind, shared=False))
-        t = self.params.collective_overhead_s
-        for ph in bundle.phases:
-            t += ph.latency_s
-            if nbytes > 0 and ph.bytes_factor > 0:
-                t += ph.bytes_factor * nbytes / ph.rate_Bps
-        return t
+        return sum(self.time_terms(bundle, nbytes, kind, shared=False))
 
 
 class _RingPlanner:

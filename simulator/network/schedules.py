@@ -141,15 +141,30 @@ def _chain_flows(chains: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarra
 def ring_channels(layout: Layout, order: OrderFn = _identity_order) -> list[list[int]]:
     """The ring orders (channels) NCCL-style rings would use on this layout."""
     per_node = layout.positions_by(layout.node)
+    channels = getattr(order, "channels", None)
     if len(per_node) == 1:
-        channels = getattr(order, "channels", None)
         return channels(per_node[0]) if channels is not None else [order(per_node[0])]
     ordered = [order(ps) for ps in per_node]
     sizes = {len(ps) for ps in ordered}
     if len(sizes) != 1:
         return [[p for ps in ordered for p in ps]]
     k = sizes.pop()
-    return [[p for ps in ordered for p in ps[j:] + ps[:j]] for j in range(k)]
+    cycles = [channels(ps) for ps in per_node] if channels is not None else [[ps] for ps in ordered]
+    if len({len(c) for c in cycles}) != 1:
+        cycles = [[ps] for ps in ordered]
+    # channel j enters every node at the node's j-th GPU (so each channel arrives, and
+    # with PXN crosses the fabric, on a different rail) and crosses it along the node's
+    # (j mod C)-th ring: NCCL/RCCL spread their channels over different intra-node paths
+    # (e.g. Frontier's four xGMI rings) instead of stacking them on one
+    out = []
+    for j in range(k):
+        ring: list[int] = []
+        for base, node_cycles in zip(ordered, cycles, strict=True):
+            cyc = node_cycles[j % len(node_cycles)]
+            i = cyc.index(base[j])
+            ring += cyc[i:] + cyc[:i]
+        out.append(ring)
+    return out
 
 
 def _check_size(p: int) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.export import make_out_dir
+from simulator.outputs.files import make_out_dir
 from simulator.sweep.executors import dask_client, run_dask, run_inline, run_point, run_processes
 from simulator.sweep.spec import (
     Axis,

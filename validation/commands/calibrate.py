@@ -10,11 +10,12 @@ import click
 
 from simulator.commands.params import FiniteFloat
 from simulator.cost.calibration import Calibration
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 
 
 def _summary(cal: Calibration) -> dict[str, Any]:
-    """What the file holds, per GPU, plus the worst collective residual."""
+    """What the file holds, per GPU, plus the worst collective residual and the network
+    model's fit errors."""
     out: dict[str, Any] = {}
     res = cal.provenance.residuals.get("collectives", {})
     for gpu, g in cal.gpus.items():
@@ -32,8 +33,18 @@ def _summary(cal: Calibration) -> dict[str, Any]:
             if g.interference
             else None,
             "rates": g.rates.model_dump(exclude_none=True) if g.rates else None,
+            "network_fit": dict(g.network.fit) if g.network else None,
         }
     return out
+
+
+def _network_line(fit: dict[str, Any] | None) -> str:
+    if not fit:
+        return ""
+    return (
+        f", network model fitted on {fit.get('samples')} collectives (median error "
+        f"{fit.get('median_rel_error', 0):.1%}, p90 {fit.get('p90_rel_error', 0):.1%})"
+    )
 
 
 @click.command("calibrate")
@@ -57,6 +68,27 @@ def _summary(cal: Calibration) -> dict[str, Any]:
     help="gloo runs: add host overhead and arrival jitter to the collective tables.",
 )  # fmt: skip
 @click.option(
+    "--machine", default=None,
+    help="Machine preset of nccl-tests logs; for PCCL-shaped CSVs, fit only its rows.",
+)  # fmt: skip
+@click.option(
+    "--log-ranks", type=click.IntRange(min=2), default=None,
+    help="Ranks of a nccl-tests log without 'Rank ... on HOST' lines.",
+)  # fmt: skip
+@click.option(
+    "--log-nodes", type=click.IntRange(min=1), default=None,
+    help="Nodes of a nccl-tests log without 'Rank ... on HOST' lines.",
+)  # fmt: skip
+@click.option("--op", default=None, help="Collective of a nccl-tests log that does not name it.")
+@click.option(
+    "--fit-ranks", default=None,
+    help="Fit the network model on these rank counts only (comma-separated, e.g. 8,256).",
+)  # fmt: skip
+@click.option(
+    "--min-bytes", default="0", show_default=True,
+    help="Fit the network model on messages of at least this size (e.g. 1M).",
+)  # fmt: skip
+@click.option(
     "--leave-one-out", "leave_one_out", is_flag=True,
     help="Check the kernel model instead of writing a file: each INPUT (a GPU trace, or a "
     "directory of one run's traces) predicted by the model calibrated on the others.",
@@ -70,11 +102,19 @@ def calibrate_command(
     statistic: str,
     gpus_per_node: int | None,
     host_terms: bool,
+    machine: str | None,
+    log_ranks: int | None,
+    log_nodes: int | None,
+    op: str | None,
+    fit_ranks: str | None,
+    min_bytes: str,
     leave_one_out: bool,
     as_json: bool,
 ) -> None:
     """Fit GEMM tables, collective alpha-beta tables, kernel-model rates and interference
-    from Kineto traces (files or run directories) and Vidur collective benchmark CSVs."""
+    from Kineto traces (files or run directories) and Vidur collective benchmark CSVs, and
+    the network model's per-tier, per-protocol latency and bandwidth terms from nccl-tests
+    / rccl-tests logs and PCCL-shaped CSVs."""
     from simulator.errors import ConfigError
     from validation.calibrate import calibrate, write_calibration
 
@@ -92,6 +132,7 @@ def calibrate_command(
     cal = calibrate(
         list(inputs), gpu=gpu, tolerance=tolerance, statistic=statistic,  # type: ignore[arg-type]
         gpus_per_node=gpus_per_node, host_terms=host_terms,
+        logs=_log_options(machine, log_ranks, log_nodes, op, fit_ranks, min_bytes),
     )  # fmt: skip
     write_calibration(cal, out)
     summary = _summary(cal)
@@ -107,8 +148,46 @@ def calibrate_command(
             + (f", overlap slowdown {s['overlap_slowdown']:.3f}" if s["overlap_slowdown"] else "")
             + (f", interference {s['interference']}" if s["interference"] else "")
             + (f", rates {', '.join(sorted(s['rates']))}" if s["rates"] else "")
+            + _network_line(s["network_fit"])
         )
     click.echo(f"wrote {out}")
+
+
+def _log_options(
+    machine: str | None,
+    ranks: int | None,
+    nodes: int | None,
+    op: str | None,
+    fit_ranks: str | None,
+    min_bytes: str,
+) -> Any:
+    """The flags about collective logs, checked (ConfigError naming the flag)."""
+    from simulator.errors import ConfigError
+    from simulator.units import parse_bytes, split_names
+    from validation.calibrate import LogOptions
+    from workloads.ops import CollectiveKind
+
+    if machine is not None:
+        from topologies.catalogue import machine_preset
+
+        machine = machine_preset(machine).name
+    kind = None
+    if op is not None:
+        try:
+            kind = CollectiveKind(op)
+        except ValueError:
+            known = ", ".join(k.value for k in CollectiveKind)
+            raise ConfigError(f"--op '{op}' unknown (use one of {known})") from None
+    ranks_fit = None
+    if fit_ranks is not None:
+        try:
+            ranks_fit = tuple(int(x) for x in split_names(fit_ranks, "--fit-ranks"))
+        except ValueError:
+            raise ConfigError(
+                f"--fit-ranks {fit_ranks!r}: give whole numbers, e.g. 8,256"
+            ) from None
+    least = 0.0 if min_bytes.strip() == "0" else float(parse_bytes(min_bytes, "--min-bytes"))
+    return LogOptions(machine, ranks, nodes, kind, ranks_fit, least)
 
 
 def register(app: click.Group) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from simulator.commands.params import NON_NEGATIVE
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 
 EXIT_BEYOND_TOLERANCE = 3
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from simulator.schema import stamp
+from simulator.outputs.versions import stamp
 from validation.commands.progress import item_bar
 
 
@@ -57,7 +57,7 @@ def register(app: click.Group) -> None:
     ) -> None:
         """Regenerate the paper figures by simulation (PNG, SVG and a caption each)."""
         from simulator.errors import ConfigError
-        from simulator.export import make_out_dir
+        from simulator.outputs.files import make_out_dir
         from validation.figures import select
         from validation.figures.runner import build_figures
 

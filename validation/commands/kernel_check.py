@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from simulator.render import stdout_console
+from simulator.outputs.render import stdout_console
 from validation.kernel_loo import ROWS, TOLERANCE, LooRow, leave_one_out, load_case
 
 COLUMNS = (*ROWS, "compute")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from simulator.render import count_bar
+from simulator.outputs.render import count_bar
 from validation.figures.runner import Progress
 
 

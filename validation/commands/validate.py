@@ -11,9 +11,9 @@ import os
 
 import click
 
-from simulator.schema import SCHEMA_VERSION, axsim_version
+from simulator.outputs.versions import SCHEMA_VERSION, axsim_version
+from validation.case import CaseResult
 from validation.commands.progress import item_bar
-from validation.validate import CaseResult
 
 STYLE = {"ok": "green", "outside": "bold red", "failed": "bold red", "info": "yellow"}
 
@@ -27,7 +27,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from simulator.render import stdout_console
+    from simulator.outputs.render import stdout_console
 
     table = Table(
         title="axsim validate: published vs simulated" + (" (reduced)" if reduced else "")
@@ -56,7 +56,7 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
         table.add_row(
             c.name,
             escape(c.quantity),
-            f"{_num(c.published)} {c.unit}",
+            f"{'<= ' if c.bound else ''}{_num(c.published)} {c.unit}",
             f"{_num(r.simulated)} {c.unit}",
             err,
             tol,

@@ -5,7 +5,7 @@ dicts, never Result objects), so the figure runner can execute them in worker pr
 and deduplicate identical calls across figures (the same search feeds the weak-scaling,
 overlap and Megatron figures).
 
-- `axonn_search`: `axsim search`'s procedure (simulator/search.py): every valid AxoNN
+- `axonn_search`: `axsim search`'s procedure (simulator/search/grids.py): every valid AxoNN
   grid (and weight-cache choice) ranked by the analytical model (group bandwidths
   measured on the topology by axsim's own collective model), the best `screen` replayed
   statically, the top K of those simulated, the fastest kept.
@@ -92,7 +92,7 @@ def axonn_ranking(
     machine: str, gpus: int, model: Model, batch_tokens: int | None = None
 ) -> list[dict[str, Any]]:
     """Every valid, memory-feasible candidate ranked by the analytical model (best first)."""
-    from simulator.search import bandwidth_provider, rank_grids, search_training
+    from simulator.search.grids import bandwidth_provider, rank_grids, search_training
     from topologies.hardware import gpu_spec
 
     cfg = _axonn_config(machine, gpus, model, batch_tokens)
@@ -142,8 +142,9 @@ def axonn_search(
     batch_tokens: int | None = None,
     screen: int | None = None,
 ) -> dict[str, Any]:
-    """`axsim search` (simulator/search.py): rank, screen, simulate the top `top`."""
-    from simulator.search import DEFAULT_SCREEN, search
+    """`axsim search` (simulator/search/grids.py): rank, screen, simulate the top `top`."""
+    from simulator.search.grids import DEFAULT_SCREEN
+    from simulator.search.simulated import search
 
     cfg = _axonn_config(machine, gpus, model, batch_tokens)
     out = search(cfg, top, DEFAULT_SCREEN if screen is None else screen)
@@ -213,7 +214,7 @@ def strategy_best(
 ) -> dict[str, Any]:
     """`axsim compare-strategies` for one strategy: its best configuration's report,
     the configuration, the largest batch it fits and why it was skipped (if it was)."""
-    from simulator.strategy_search import search_strategy
+    from simulator.search.strategies import search_strategy
 
     base = base_mapping(machine, gpus, model, batch_tokens)
     base["engine"] = {**base.get("engine", {}), "mode": "symmetric"}
@@ -233,7 +234,7 @@ def collective_curve(
     machine: str, nodes: int, op: str, group: int, sizes: list[int], stride: int = 1
 ) -> list[dict[str, Any]]:
     """nccl-tests-style rows for one group tiling `nodes` nodes of a machine preset."""
-    from simulator.microbench import collective_sweep
+    from simulator.benchmarks.collectives import collective_sweep
     from topologies.machines import build_machine
 
     topo = build_machine(machine, nodes)

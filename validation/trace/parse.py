@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.timeline import RankTimeline
+from simulator.outputs.timeline import RankTimeline
 from validation.trace.classify import (
     COLLECTIVE,
     FREE_OPS,

@@ -2,7 +2,7 @@
 analytical model both read.
 
 Why one description: the simulated program (program.py) and the analytical ranking
-(simulator/analytical.py) used to count the Z collectives separately (four per layer and
+(simulator/search/analytical.py) used to count the Z collectives separately (four per layer and
 microbatch in the program, three in the model), so the search ranked grids by a schedule
 the engine did not run. Both now take every collective from `AxonnCalls`: the program
 decides only *when* each call is issued and waited (overlap), the model only how long it

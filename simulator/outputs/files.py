@@ -1,12 +1,12 @@
 """Writing a simulation's outputs: report.json, config.resolved.yaml, timeline.csv,
 links.csv, a Chrome/Perfetto trace, per-rank Kineto traces (kineto/, for Holistic Trace
-Analysis; simulator/export_kineto.py), optionally a Chakra execution trace
-(simulator/export_chakra.py), and pictures (simulator/pictures.py).
+Analysis; simulator/outputs/kineto.py), optionally a Chakra execution trace
+(simulator/outputs/chakra.py), and pictures (simulator/outputs/pictures.py).
 
 The trace (`trace.json.gz`) is Chrome trace-event JSON in the shape the PyTorch profiler
 writes (Kineto): one process per written rank (pid = rank), one thread per stream (tid),
 complete events (`ph: X`, µs) for GPU kernels with NCCL's kernel names and comm metadata
-(simulator/trace_names.py), and flow arrows joining the members of one collective: keyed
+(simulator/outputs/trace_names.py), and flow arrows joining the members of one collective: keyed
 by group *instance* and the collective's sequence number on it (how the engine matches
 collectives), from the member that arrived last to every other traced member at that
 instant, so no arrow points backwards in time or joins ranks of different groups; a
@@ -16,7 +16,7 @@ and chrome://tracing.
 Which ranks are written: in full mode the first 8 unless `--trace-ranks` says otherwise;
 in symmetric mode, by default (and for `all`), one rank per rank class, with
 `rank_map.json` saying which ranks each written rank stands for (the others' records are
-copies). Files are written streaming and gzip-compressed (simulator/trace_io.py).
+copies). Files are written streaming and gzip-compressed (simulator/outputs/trace_io.py).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from typing import Literal
 import numpy as np
 
 from simulator.api import Result
-from simulator.export_kineto import gpu_event, stream_ids, write_kineto_traces
-from simulator.timeline import COMM_KINDS, RankTimeline
-from simulator.trace_context import RankInfo, TraceContext
-from simulator.trace_io import write_trace_json
-from simulator.trace_names import compact_ranks
+from simulator.outputs.kineto import gpu_event, stream_ids, write_kineto_traces
+from simulator.outputs.timeline import COMM_KINDS, RankTimeline
+from simulator.outputs.trace_context import RankInfo, TraceContext
+from simulator.outputs.trace_io import write_trace_json
+from simulator.outputs.trace_names import compact_ranks
 
 TraceRanks = list[int] | Literal["all"] | None
 DEFAULT_TRACE_RANKS = 8  # full mode, no --trace-ranks: ranks 0-7 (one node of most machines)
@@ -121,13 +121,13 @@ def write_outputs(
     ]
     paths += write_kineto_traces(out / "kineto", ctx, ranks, gzip=gzip)
     if chakra:
-        from simulator.export_chakra import write_chakra_traces
+        from simulator.outputs.chakra import write_chakra_traces
 
         # ASTRA-sim replays every rank: a class's ranks differ in their groups and peers
         every = sorted({int(r) for members in stands_for.values() for r in members})
         paths += write_chakra_traces(out / "chakra", ctx, every)
     if pictures:
-        from simulator.pictures import write_pictures
+        from simulator.outputs.pictures import write_pictures
 
         paths += write_pictures(out, result, ranks)
     return paths
@@ -135,7 +135,7 @@ def write_outputs(
 
 def rank_map(ctx: TraceContext, stands_for: dict[int, np.ndarray]) -> dict[str, object]:
     """Which ranks each written rank stands for (symmetric mode: its whole class)."""
-    from simulator.schema import stamp
+    from simulator.outputs.versions import stamp
 
     return stamp(
         {
@@ -310,7 +310,7 @@ class _FlowIndex:
 
 def write_chrome_trace(path: Path, ctx: TraceContext, stands_for: dict[int, np.ndarray]) -> Path:
     """The Perfetto trace of the written ranks (module doc), streamed to `path`."""
-    from simulator.schema import stamp
+    from simulator.outputs.versions import stamp
 
     report = ctx.result.report
     header = stamp(

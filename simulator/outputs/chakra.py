@@ -10,7 +10,7 @@ Files (`axsim simulate --out DIR --chakra`), the layout ASTRA-sim reads:
   per op, each length-prefixed as Chakra's `protolib.encodeMessage` writes it);
 - `chakra/comm_group.json`: the communicator-group file (`--comm-group-configuration`),
   process-group name -> member ranks, with the names the nodes' `pg_name` attribute uses
-  (simulator/trace_names.py numbering, shared with the Kineto traces).
+  (simulator/outputs/trace_names.py numbering, shared with the Kineto traces).
 
 Nodes: compute ops are COMP_NODE (`num_ops` FLOPs, `tensor_size` bytes, the simulated
 `duration_micros`), collectives COMM_COLL_NODE (`comm_type`, `comm_size` = the full
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import ConfigError
-from simulator.trace_context import TraceContext
+from simulator.outputs.trace_context import TraceContext
 from workloads.ops import CollectiveKind, CollectiveOp, ComputeOp, RecvOp, SendOp, WaitOp
 
 ET_VERSION = (

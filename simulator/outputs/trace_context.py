@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simulator.errors import ConfigError
-from simulator.timeline import COMM_KINDS, RankTimeline
-from simulator.trace_names import GroupRegistry
+from simulator.outputs.timeline import COMM_KINDS, RankTimeline
+from simulator.outputs.trace_names import GroupRegistry
 from workloads.graph import Program
 from workloads.ops import CollectiveOp, RecvOp, SendOp, WaitOp
 

@@ -7,7 +7,7 @@ pflops_total, tflops_per_gpu, percent_of_advertised_peak, percent_of_empirical_p
 memory_per_gpu_bytes, fits_in_memory, grid (x, y, z, data), machine, gpus, model,
 engine_mode, wall_time_s, events (plus extra detail keys; `stages`: one row per pipeline
 stage, empty without a pipeline), and `schema_version` /
-`axsim_version` (simulator/schema.py; `axsim schema --report` prints the JSON Schema).
+`axsim_version` (simulator/outputs/versions.py; `axsim schema --report` prints the JSON Schema).
 
 Group names: `comm_time_by_group_s` keeps the cross-strategy axes x, y, z, data (and pp
 for pipeline send/recv) so sweeps compare strategies on one key set;
@@ -34,11 +34,11 @@ from typing import cast
 
 import numpy as np
 
-from simulator.analysis import with_skipped_periods
 from simulator.config import ModelConfig
 from simulator.engine.core import EngineResult
-from simulator.engine.periodic import Warp
-from simulator.timeline import Timeline
+from simulator.engine.ranks import Warp
+from simulator.outputs.analysis import with_skipped_periods
+from simulator.outputs.timeline import Timeline
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 from workloads.models import model_preset
@@ -140,7 +140,7 @@ class Report:
 
     def to_json(self) -> dict[str, object]:
         """The `--json` object: every field, `memory_per_gpu_GB`, and the versions."""
-        from simulator.schema import stamp
+        from simulator.outputs.versions import stamp
 
         d = asdict(self)
         d["memory_per_gpu_GB"] = self.memory_per_gpu_bytes / 1e9

@@ -26,10 +26,10 @@ import numpy as np
 
 from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS
 from simulator.engine.compiled import PS_PER_S
-from simulator.timeline import RankTimeline
+from simulator.outputs.timeline import RankTimeline
 
 if TYPE_CHECKING:
-    from simulator.engine.periodic import Warp
+    from simulator.engine.ranks import Warp
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -187,7 +187,7 @@ def _clip(x: Intervals, t1: float, t2: float) -> Intervals:
 
 def with_skipped_periods(tl: RankTimeline, warps: Sequence[Warp]) -> RankBreakdown:
     """The breakdown of a rank whose records stand for skipped periods (the engine's
-    `warps` metadata, simulator/engine/periodic.py `Warp`), as if every copy were there.
+    `warps` metadata, simulator/engine/ranks.py `Warp`), as if every copy were there.
 
     Every quantity here is an integral over time of what is running at each instant, or a
     sum over records of their own time, and the skipped periods repeat the compared period

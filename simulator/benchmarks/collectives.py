@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.costmodel import CostModel, RooflineKernels
+from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.errors import ConfigError
 from simulator.network.params import NetworkParams, network_params_for
@@ -42,6 +42,7 @@ class CollectiveResult:
     algorithm: str
     group_size: int
     instances: int
+    protocol: str = "Simple"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -117,6 +118,15 @@ def _graph(
     return graph
 
 
+def member_table(
+    topology: Topology, group: int, stride: int, instances: str, per_node: int | None = None
+) -> np.ndarray:
+    """The group instances a sweep runs on (see `collective_sweep`)."""
+    if per_node is None:
+        return strided_instances(topology.num_gpus, group, stride, instances)
+    return per_node_instances(topology.num_gpus, topology.gpus_per_node, group, per_node, instances)
+
+
 def collective_sweep(
     topology: Topology,
     op: str,
@@ -129,45 +139,56 @@ def collective_sweep(
     instances: str = "all",
     calibration: Calibration | None = None,
     per_node: int | None = None,
+    protocol: str = "auto",
+    pricer: CollectivePricer | None = None,
 ) -> list[CollectiveResult]:
     """Time one collective per size; one engine run per size, pricing caches shared.
 
-    `per_node` (instead of the stride) places each group as that many GPUs per node."""
+    `per_node` (instead of the stride) places each group as that many GPUs per node;
+    `protocol` forces NCCL's protocol (LL, LL128, Simple) instead of the tuner's choice.
+    A given `pricer` (of this topology) is used instead of a new one, so sweeps of several
+    algorithms share its bindings; `algorithm` then goes on each collective op."""
     try:
         kind = CollectiveKind(op)
     except ValueError:
         raise ConfigError(f"--op '{op}' unknown (use one of {', '.join(OPS)})") from None
     if instances not in ("all", "one"):
         raise ConfigError(f"--instances must be 'all' or 'one', got '{instances}'")
-    members = (
-        strided_instances(topology.num_gpus, group, stride, instances)
-        if per_node is None
-        else per_node_instances(
-            topology.num_gpus, topology.gpus_per_node, group, per_node, instances
+    members = member_table(topology, group, stride, instances, per_node)
+    op_algorithm = None
+    if pricer is None:
+        pricer = CollectivePricer(
+            topology,
+            params if params is not None else network_params_for(topology),
+            algorithm,
+            calibration=calibration,
+            protocol=protocol,
         )
-    )
-    pricer = CollectivePricer(
-        topology,
-        params if params is not None else network_params_for(topology),
-        algorithm,
-        calibration=calibration,
-    )
+    elif algorithm != "auto":
+        op_algorithm = algorithm
     cost = CostModel(RooflineKernels(1e15), pricer, network)
     world = topology.num_gpus
     out = []
     for size in sizes:
         if size <= 0:
             raise ConfigError(f"--bytes must be positive, got {size}")
-        graph = _graph(kind, members, float(size), None, world)
+        graph = _graph(kind, members, float(size), op_algorithm, world)
         res = Engine(graph, topology, cost, mode="symmetric", steady_state=False).run()
         t = res.iteration_time_s
         chosen = pricer.bundles(
             kind,
             members if kind is not CollectiveKind.SEND_RECV else members[:, :2],
             float(size),
-            key=("probe", kind, size),
+            algorithm=op_algorithm,
+            # a collective reuses the engine's key (its choice and bindings are cached)
+            key=("probe", kind, size) if kind is CollectiveKind.SEND_RECV else ("g", "all"),
         )
         algbw = size / t / 1e9 if t > 0 else float("inf")
+        proto = (
+            pricer.plan(chosen[0], kind, float(size), shared=network == "contention").protocol
+            if chosen
+            else "-"
+        )
         out.append(
             CollectiveResult(
                 bytes=size,
@@ -177,6 +198,7 @@ def collective_sweep(
                 algorithm=chosen[0].algorithm if chosen else "none",
                 group_size=group,
                 instances=int(members.shape[0]),
+                protocol=proto,
             )
         )
     return out

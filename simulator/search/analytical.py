@@ -138,7 +138,7 @@ class TopologyBandwidths:
     def _busbw(self, nodes: int, own: int, stride: int) -> float:
         """Bus bandwidth of all instances of the placement running concurrently on
         `nodes` nodes (callers pass node counts the placement tiles)."""
-        from simulator.microbench import collective_sweep
+        from simulator.benchmarks.collectives import collective_sweep
 
         rows = collective_sweep(
             self.build(nodes), "all-reduce", own, stride, [PROBE_BYTES], "auto", self.network

@@ -41,7 +41,7 @@ class BatchChoice:
 def _hybrid_granularities(
     strategy: str, spec: TransformerSpec, training: TrainingSetup, cluster: ClusterShape
 ) -> set[int]:
-    from simulator.strategy_candidates import hybrid_variants
+    from simulator.search.candidates import hybrid_variants
     from workloads.hybrid.configure import build_setup, candidate_degrees
     from workloads.hybrid.groups import level_groups, uses_levels
 
@@ -78,7 +78,7 @@ def _optimus_granularities(spec: TransformerSpec, cluster: ClusterShape) -> set[
 
 
 def _axonn_granularities(config: ExperimentConfig, spec: TransformerSpec, gpus: int) -> set[int]:
-    from simulator.search import all_grids
+    from simulator.search.grids import all_grids
     from workloads.axonn.layers import block_layouts, logits_layout
     from workloads.axonn.params import AxonnParallel
 

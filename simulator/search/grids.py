@@ -9,11 +9,12 @@ lifetime, a grid is also tried with weight caching (Megatron-AxoNN's cache) for 
 blocks as fit beside that microbatch: caching is a searched knob under the memory limit.
 
 Three stages, each cheaper per candidate than the next:
-1. `rank_grids`: the analytical model (simulator/analytical.py) over every candidate —
+1. `rank_grids`: the analytical model (simulator/search/analytical.py) over every candidate —
    every collective of the program on its group's measured bandwidth;
 2. `screen_candidates`: the `screen` best of them replayed statically
-   (simulator/estimate.py): compute from the kernel model, overlap as issued;
-3. `simulate_candidates`: the `top` best of the replay simulated; the fastest wins.
+   (simulator/search/estimate.py): compute from the kernel model, overlap as issued;
+3. `simulate_candidates` (simulator/search/simulated.py): the `top` best of the replay
+   simulated; the fastest wins.
 The paper's procedure is stage 1 then 3 (its top 10); stage 2 catches grids whose
 communication hides (or fails to hide) behind compute differently than their volume says.
 """
@@ -24,7 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from simulator.analytical import (
+from simulator.config import ExperimentConfig
+from simulator.errors import ConfigError
+from simulator.search.analytical import (
     BandwidthFn,
     PaperBandwidths,
     TopologyBandwidths,
@@ -32,8 +35,6 @@ from simulator.analytical import (
     inner_products,
     own_sizes,
 )
-from simulator.config import ExperimentConfig
-from simulator.errors import ConfigError
 from topologies.hardware import GpuSpec
 from workloads.axonn.params import AxonnParallel, Grid
 from workloads.axonn.workload import (
@@ -50,7 +51,6 @@ from workloads.ops import bus_factor
 from workloads.run import divisors
 
 if TYPE_CHECKING:
-    from simulator.api import Result
     from simulator.engine.compiled import CommInfo
 
 DEFAULT_SCREEN = 40  # candidates replayed statically (stage 2), a few seconds at 32,768 GPUs
@@ -263,8 +263,8 @@ def screen_candidates(
 ) -> list[Candidate]:
     """Replay the first `screen` candidates' programs statically and put them in the order
     of their estimated iteration time (the rest follow in the model's order)."""
-    from simulator.estimate import replay_iteration_s
     from simulator.plan import training_setup
+    from simulator.search.estimate import replay_iteration_s
 
     if screen <= 0 or not candidates:
         return candidates
@@ -291,91 +291,6 @@ def _kernel_model(config: ExperimentConfig, gpu: GpuSpec) -> Any:
     if config.engine.calibration:
         calibration = load_calibration(config.engine.calibration)
     return KernelModel(gpu, calibration=calibration)
-
-
-def simulate_candidates(
-    config: ExperimentConfig,
-    candidates: list[Candidate],
-    top: int,
-    on_done: Callable[[int, int], None] | None = None,
-) -> tuple[list[Candidate], Result | None]:
-    """Simulate the first `top` candidates; returns all candidates (simulated ranks set)
-    and the Result of the best simulated one."""
-    from simulator.api import simulate
-
-    base = config.parallel
-    assert isinstance(base, AxonnParallel)
-    chosen = candidates[:top]
-    results = []
-    for i, c in enumerate(chosen):
-        cfg = config.model_copy(
-            update={
-                "parallel": c.params(base),
-                "training": config.training.model_copy(
-                    update={"microbatch_sequences": c.microbatch_sequences}
-                ),
-            }
-        )
-        results.append(simulate(cfg))
-        if on_done:
-            on_done(i + 1, len(chosen))
-    times = [r.report.iteration_time_s for r in results]
-    order = sorted(range(len(chosen)), key=lambda i: times[i])
-    sim_rank = {i: r + 1 for r, i in enumerate(order)}
-    updated = [
-        replace(c, simulated_iteration_time_s=times[i], simulated_rank=sim_rank[i])
-        if i < len(chosen)
-        else c
-        for i, c in enumerate(candidates)
-    ]
-    best = results[order[0]] if results else None
-    return updated, best
-
-
-@dataclass(frozen=True)
-class SearchOutcome:
-    """What a search did: every candidate in its final order, and the best simulation."""
-
-    candidates: list[Candidate]
-    best: Result | None
-    bandwidths: str
-    screened: int
-
-    @property
-    def best_candidate(self) -> Candidate | None:
-        done = [c for c in self.candidates if c.simulated_rank == 1]
-        return done[0] if done else None
-
-
-def search(
-    config: ExperimentConfig,
-    top: int = 10,
-    screen: int = DEFAULT_SCREEN,
-    bandwidths: str = "topology",
-    on_done: Callable[[int, int], None] | None = None,
-) -> SearchOutcome:
-    """`axsim search`: rank, screen, simulate (see the module docstring)."""
-    from topologies.hardware import gpu_spec
-
-    params = config.parallel
-    if not isinstance(params, AxonnParallel):
-        raise ConfigError(
-            f"parallel.strategy: axsim search ranks AxoNN grids, not {params.strategy}; "
-            "use axsim compare-strategies for the other strategies"
-        )
-    n = config.cluster.num_gpus
-    if n is None:
-        raise ConfigError("axsim search needs a machine preset with a GPU count")
-    gpu = gpu_spec(config.cluster.gpu_type)
-    bw = bandwidth_provider(config, bandwidths, config.cluster.gpus_per_node)
-    ranked = rank_grids(config.model.spec(), params, search_training(config), n, gpu, bw)
-    if not ranked:
-        raise ConfigError(
-            f"no valid, memory-feasible AxoNN grid for {config.model.name} on {n} GPUs"
-        )
-    screened = screen_candidates(config, ranked, max(screen, 0), bw, gpu)
-    done, best = simulate_candidates(config, screened, top, on_done)
-    return SearchOutcome(done, best, bandwidths, min(max(screen, 0), len(ranked)))
 
 
 def search_training(config: ExperimentConfig) -> TrainingSetup:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simulator.costmodel import KernelTimer
+from simulator.cost.model import KernelTimer
 from simulator.engine.compiled import CommInfo
 from workloads.graph import Program, Segment
 from workloads.ops import CollectiveKind, CollectiveOp, ComputeOp, RecvOp, SendOp, WaitOp

@@ -129,7 +129,7 @@ class KernelModelTimer:
         ("simulator.cost.kernels", "KernelModel", "issue_s"),
         ("simulator.cost.kernels", "KernelModel", "describe"),
         ("simulator.engine.compiled", None, "_stretch"),
-        ("simulator.analysis", None, "compute_by_kind"),
+        ("simulator.outputs.analysis", None, "compute_by_kind"),
     )
 
     def __init__(self) -> None:
@@ -204,7 +204,13 @@ def run_case_inprocess(overrides: list[str]) -> dict[str, object]:
 def run_case(case: Case, timeout_s: float = 1800) -> dict[str, Any]:
     """Run a case in a fresh subprocess (the child's JSON measurements plus the case's fields,
     or its name and an error)."""
-    cmd = [sys.executable, "-m", "simulator.bench", "--child", json.dumps(list(case.overrides))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "simulator.benchmarks.scaling",
+        "--child",
+        json.dumps(list(case.overrides)),
+    ]
     env = dict(os.environ, PYTHONHASHSEED="0")
     t0 = time.perf_counter()
     try:

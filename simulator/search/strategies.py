@@ -1,17 +1,17 @@
 """Search each strategy's configurations and compare the strategies' best runs.
 
 For each strategy: enumerate its memory-feasible configurations
-(simulator/strategy_candidates.py), simulate the first `max_candidates` of them in
+(simulator/search/candidates.py), simulate the first `max_candidates` of them in
 symmetric mode, keep the fastest, and compute the largest batch its degrees fit.
 Everything `axsim compare-strategies` prints comes from `compare_strategies(...)`.
 
 All strategies run one global batch: when the requested one does not split evenly for
 some strategy, the nearest batch every strategy accepts is used instead and each outcome
-carries the note saying so (simulator/strategy_batch.py). Two strategies whose best
+carries the note saying so (simulator/search/batches.py). Two strategies whose best
 configurations are the same program (ZeRO++ and a hierarchical ZeRO++ assignment equal
 to it) are reported as such, not as two results.
 
-    from simulator.strategy_search import compare_strategies
+    from simulator.search.strategies import compare_strategies
     outcomes = compare_strategies("dgx-h100", 64, "llama2-7b", ["fsdp", "fsdp-tp"])
 """
 
@@ -28,9 +28,9 @@ from simulator.build import build_topology
 from simulator.config import ExperimentConfig, default_config_mapping, validate_config
 from simulator.errors import SimulatorError
 from simulator.plan import cluster_shape, training_setup
-from simulator.strategy_batch import BatchChoice, batch_granularities, choose_batch
-from simulator.strategy_candidates import Candidate, strategy_candidates
-from simulator.strategy_plans import plan_max_batch_sequences, resolve_hybrid
+from simulator.search.batches import BatchChoice, batch_granularities, choose_batch
+from simulator.search.candidates import Candidate, strategy_candidates
+from simulator.search.plans import plan_max_batch_sequences, resolve_hybrid
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_spec
 from workloads.errors import WorkloadError

@@ -5,7 +5,7 @@ variants, such as Megatron's distributed optimizer), keep only those whose memor
 the GPU with some microbatch size, keep one microbatch size per combination (the largest
 that fits; pipelines keep >= 4 microbatches per stage when they can) and order them,
 most promising first: smallest model-parallel size first for most strategies, AxoNN's
-grids by the paper's analytical communication model (simulator/search.py, bandwidths
+grids by the paper's analytical communication model (simulator/search/grids.py, bandwidths
 measured on the topology by axsim's collective model).
 """
 
@@ -184,8 +184,8 @@ def optimus_candidates(
 def axonn_candidates(
     config: ExperimentConfig, training: TrainingSetup, cluster: ClusterShape, gpu: GpuSpec
 ) -> list[Candidate]:
-    """AxoNN grids ranked by the paper's analytical model (simulator/search.py)."""
-    from simulator.search import bandwidth_provider, rank_grids
+    """AxoNN grids ranked by the paper's analytical model (simulator/search/grids.py)."""
+    from simulator.search.grids import bandwidth_provider, rank_grids
 
     spec = config.model.spec()
     bandwidth = bandwidth_provider(config, "topology", cluster.gpus_per_node)

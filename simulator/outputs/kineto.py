@@ -1,7 +1,7 @@
 """Per-rank Kineto traces of a simulation: what Holistic Trace Analysis (HTA) reads.
 
 Why this shape: HTA (and Kineto itself) works on one trace file per rank, found in a
-directory and keyed by `distributedInfo.rank`; `trace.json.gz` (simulator/export.py)
+directory and keyed by `distributedInfo.rank`; `trace.json.gz` (simulator/outputs/files.py)
 holds several ranks in one file for Perfetto. Each `kineto/rank-<r>.json.gz` is what the
 PyTorch profiler writes for one rank of an eager NCCL job
 (/work/shared/reference/kineto-format.md, 2024-2026 traces):
@@ -34,10 +34,10 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from simulator.timeline import COMM_KINDS
-from simulator.trace_context import RankInfo, TraceContext
-from simulator.trace_io import write_trace_json
-from simulator.trace_names import (
+from simulator.outputs.timeline import COMM_KINDS
+from simulator.outputs.trace_context import RankInfo, TraceContext
+from simulator.outputs.trace_io import write_trace_json
+from simulator.outputs.trace_names import (
     ANNOTATION_NAMES,
     COLLECTIVE_NAMES,
     KINETO_DTYPES,
