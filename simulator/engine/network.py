@@ -216,10 +216,31 @@ class _Component:
     solved: bool = False
 
 
+WHOLE_SHARE = 0.5
+"""A join that leaves one component holding at least this share of the links in use
+switches to whole-machine solving until the network is idle. Why: keeping components
+costs passes over a joining coflow's links and over a splitting component's links
+(ownership, union-find), which only pays when it keeps most of the machine out of each
+solve; a half is where a component at best halves the work of a solve."""
+
+SPANNING_SHARE = 1 / 32
+"""A coflow whose phase alone uses at least this share of the machine's links switches
+to whole-machine solving too (until the network is idle). Measured with
+bench/distinct_work.py: a symmetric AxoNN run's bundle phases span 5-30% of the links
+(GPT-320B on 32,768 Frontier GCDs: 16,000-97,000 of 324,392), where per-component
+bookkeeping made the run 1.5x slower than whole-machine pricing; pipeline transfers and
+full-mode instances use under 2% (Megatron 175B on 64 A100: at most 17 of 832), where
+components keep each solve small. Results do not depend on it: max-min allocations of
+independent components are their separate allocations."""
+
+
 class ContentionNetwork:
     """Max-min fair sharing among all concurrently active bundle phases, solved per
     connected component of the links they use (the max-min allocation of independent
-    components is their separate allocations)."""
+    components is their separate allocations), or as one whole while one component would
+    hold most of the links in use (`WHOLE_SHARE`) or an adaptive-routed phase is active
+    (its family spans layout classes and the adaptive solver's choice is machine-wide,
+    simulator/network/adaptive.py)."""
 
     name = "contention"
 
@@ -232,6 +253,9 @@ class ContentionNetwork:
         self._last = np.full(self.capacity.shape[0], -1, dtype=np.int64)  # scratch (_split)
         self.comps: dict[int, _Component] = {}
         self.dirty: dict[int, _Component] = {}
+        self.whole: _Component | None = None  # set while every coflow is one component
+        self.lazy: _Component | None = None  # the only component, links not in `owner`
+        self.owned_links = 0  # links held by components (not counting `whole`'s joins)
         self.next_cid = 0
         self.seq = 0
         self.reprice_pending = False
@@ -319,19 +343,73 @@ class ContentionNetwork:
         comp.last_ps = now
 
     def _new_component(self, members: list[_Coflow], links: np.ndarray) -> _Component:
+        """A component; its links are owned (written to `owner`) only once another
+        component exists: collectives that run one at a time then cost no pass over their
+        links on start and end."""
         comp = _Component(self.next_cid, members, links, int(self.env.now))
         self.next_cid += 1
+        if self.comps:
+            self._own_lazy()
+            self.owner[links] = comp.cid
+        else:
+            self.lazy = comp
         self.comps[comp.cid] = comp
-        self.owner[links] = comp.cid
+        self.owned_links += links.size
         self._mark_dirty(comp)
         return comp
 
+    def _own_lazy(self) -> None:
+        """Write the lone unowned component's links to `owner` (another is coming)."""
+        lazy = self.lazy
+        if lazy is not None:
+            self.owner[lazy.links] = lazy.cid
+            self.lazy = None
+
     def _drop(self, comp: _Component) -> None:
+        if comp is self.lazy:
+            self.lazy = None
         del self.comps[comp.cid]
         self.dirty.pop(comp.cid, None)
+        self.owned_links -= comp.links.size
+
+    def _go_whole(self) -> _Component:
+        """Every active coflow becomes one component, solved as a whole from now until
+        the network is idle (its links stay owned, to be released then)."""
+        comps = list(self.comps.values())
+        for comp in comps:
+            self._progress(comp)
+            self._drop(comp)
+        members = [m for comp in comps for m in comp.members]
+        links = [comp.links for comp in comps]
+        whole = _Component(
+            self.next_cid,
+            members,
+            np.concatenate(links) if links else np.empty(0, dtype=np.int64),
+            int(self.env.now),
+        )
+        self.next_cid += 1
+        self.comps[whole.cid] = whole
+        self.owned_links += whole.links.size
+        self.whole = whole
+        return whole
 
     def _join(self, c: _Coflow) -> None:
         """A coflow starts: it joins (and merges) the components whose links it uses."""
+        whole = self.whole
+        if whole is None and (
+            c.phase.split is not None
+            or c.phase.links.size >= SPANNING_SHARE * self.capacity.shape[0]
+        ):
+            whole = self._go_whole()
+        if whole is not None:
+            self._progress(whole)
+            whole.members.append(c)
+            self._mark_dirty(whole)
+            return
+        if not self.comps:
+            self._new_component([c], c.phase.links)
+            return
+        self._own_lazy()
         touched = self.owner[c.phase.links]
         if touched.max() < 0:  # on free links: a component of its own
             self._new_component([c], c.phase.links)
@@ -362,13 +440,20 @@ class ContentionNetwork:
             extra = np.concatenate(added)
             self.owner[extra] = big.cid
             big.links = np.concatenate([big.links, extra])
+        self.owned_links += big.links.size
+        if big.links.size >= WHOLE_SHARE * self.owned_links:
+            self._go_whole()
+            assert self.whole is not None
+            self._mark_dirty(self.whole)
+            return
         self._mark_dirty(big)
 
     def _split(self, comp: _Component, keep: list[_Coflow]) -> None:
         """Replace `comp` by the connected components of the coflows it keeps (in order of
         their first member; members and links keep their order)."""
+        if comp is not self.lazy:
+            self.owner[comp.links] = -1
         self._drop(comp)
-        self.owner[comp.links] = -1
         if not keep:
             return
         if len(keep) == 1:
@@ -467,7 +552,16 @@ class ContentionNetwork:
         if not done:
             self._mark_dirty(comp)
             return
-        self._split(comp, [c for c in comp.members if not self._finished(c)])
+        keep = [c for c in comp.members if not self._finished(c)]
+        if comp is not self.whole:
+            self._split(comp, keep)
+        elif keep:
+            comp.members = keep
+            self._mark_dirty(comp)
+        else:  # idle: back to components
+            self._drop(comp)
+            self.owner[comp.links] = -1
+            self.whole = None
         for c in done:
             self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes)
             self._start_phase(c.act, c.bundle, c.plan, c.index + 1)
@@ -480,6 +574,7 @@ class ContentionNetwork:
             self.reprice_pending,
             tuple(
                 (
+                    comp is self.whole,
                     comp.last_ps - now,
                     comp.solved,
                     comp.cid in self.dirty,
