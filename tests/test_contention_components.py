@@ -1,6 +1,5 @@
 """The contention network solves per connected component of links, or as one whole
-while one component would hold most of the links in use, a coflow spans the machine or
-an adaptive-routed phase is active (simulator/engine/network.py). Which one it uses is a
+while a coflow spans much of the machine or an adaptive-routed phase is active (simulator/engine/network.py). Which one it uses is a
 matter of speed only: max-min allocations of independent components are their separate
 allocations, so forcing either way must give the same run."""
 
@@ -46,8 +45,7 @@ def test_components_and_whole_machine_solving_agree(
     default = _run(tmp_path, case)
     monkeypatch.setattr(network, "SPANNING_SHARE", 0.0)  # always one whole
     whole = _run(tmp_path, case)
-    monkeypatch.setattr(network, "SPANNING_SHARE", math.inf)
-    monkeypatch.setattr(network, "WHOLE_SHARE", math.inf)  # never: components only
+    monkeypatch.setattr(network, "SPANNING_SHARE", math.inf)  # components (but adaptive)
     parts = _run(tmp_path, case)
     for other in (whole, parts):
         a, b = default.report, other.report

@@ -216,16 +216,11 @@ class _Component:
     solved: bool = False
 
 
-WHOLE_SHARE = 0.5
-"""A join that leaves one component holding at least this share of the links in use
-switches to whole-machine solving until the network is idle. Why: keeping components
-costs passes over a joining coflow's links and over a splitting component's links
-(ownership, union-find), which only pays when it keeps most of the machine out of each
-solve; a half is where a component at best halves the work of a solve."""
-
 SPANNING_SHARE = 1 / 32
 """A coflow whose phase alone uses at least this share of the machine's links switches
-to whole-machine solving too (until the network is idle). Measured with
+to whole-machine solving until the network is idle. Why: keeping components costs passes
+over a joining coflow's links and over a splitting component's links (ownership,
+union-find), which only pays when it keeps most of the machine out of each solve. Measured with
 bench/distinct_work.py: a symmetric AxoNN run's bundle phases span 5-30% of the links
 (GPT-320B on 32,768 Frontier GCDs: 16,000-97,000 of 324,392), where per-component
 bookkeeping made the run 1.5x slower than whole-machine pricing; pipeline transfers and
@@ -237,8 +232,8 @@ independent components are their separate allocations."""
 class ContentionNetwork:
     """Max-min fair sharing among all concurrently active bundle phases, solved per
     connected component of the links they use (the max-min allocation of independent
-    components is their separate allocations), or as one whole while one component would
-    hold most of the links in use (`WHOLE_SHARE`) or an adaptive-routed phase is active
+    components is their separate allocations), or as one whole while a coflow spans much
+    of the machine (`SPANNING_SHARE`) or an adaptive-routed phase is active
     (its family spans layout classes and the adaptive solver's choice is machine-wide,
     simulator/network/adaptive.py)."""
 
@@ -255,7 +250,6 @@ class ContentionNetwork:
         self.dirty: dict[int, _Component] = {}
         self.whole: _Component | None = None  # set while every coflow is one component
         self.lazy: _Component | None = None  # the only component, links not in `owner`
-        self.owned_links = 0  # links held by components (not counting `whole`'s joins)
         self.next_cid = 0
         self.seq = 0
         self.reprice_pending = False
@@ -354,7 +348,6 @@ class ContentionNetwork:
         else:
             self.lazy = comp
         self.comps[comp.cid] = comp
-        self.owned_links += links.size
         self._mark_dirty(comp)
         return comp
 
@@ -370,7 +363,6 @@ class ContentionNetwork:
             self.lazy = None
         del self.comps[comp.cid]
         self.dirty.pop(comp.cid, None)
-        self.owned_links -= comp.links.size
 
     def _go_whole(self) -> _Component:
         """Every active coflow becomes one component, solved as a whole from now until
@@ -389,7 +381,6 @@ class ContentionNetwork:
         )
         self.next_cid += 1
         self.comps[whole.cid] = whole
-        self.owned_links += whole.links.size
         self.whole = whole
         return whole
 
@@ -440,12 +431,6 @@ class ContentionNetwork:
             extra = np.concatenate(added)
             self.owner[extra] = big.cid
             big.links = np.concatenate([big.links, extra])
-        self.owned_links += big.links.size
-        if big.links.size >= WHOLE_SHARE * self.owned_links:
-            self._go_whole()
-            assert self.whole is not None
-            self._mark_dirty(self.whole)
-            return
         self._mark_dirty(big)
 
     def _split(self, comp: _Component, keep: list[_Coflow]) -> None:
