@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from simulator.build import build_cost_model, build_topology
 from simulator.choices import Choice, algorithm_choices
 from simulator.config import ExperimentConfig
-from simulator.engine.core import Engine, EngineResult, MaterializationRequired, ProgressFn
+from simulator.engine.core import Engine, EngineResult, ProgressFn
 from simulator.errors import ConfigError, CostModelError
 from simulator.network.params import network_params_for
 from simulator.outputs.report import Report, build_report, model_overrides
@@ -71,32 +71,17 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     plan = build_plan(config, topology, gpu)
     stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}
 
-    engines: list[Engine] = []
-
-    def engine_for(plan: WorkloadPlan) -> Engine:
-        engines.append(
-            Engine(
-                plan.graph,
-                topology,
-                cost,
-                mode=config.engine.mode,
-                stragglers=stragglers,
-                steady_state=config.engine.steady_state,
-                progress=progress,
-            )
-        )
-        return engines[-1]
-
+    engine = Engine(
+        plan.graph,
+        topology,
+        cost,
+        mode=config.engine.mode,
+        stragglers=stragglers,
+        steady_state=config.engine.steady_state,
+        progress=progress,
+    )
     try:
-        try:
-            result = engine_for(plan).run()
-        except MaterializationRequired:
-            # repeated microbatches could not be proven identical: expand them and run all
-            expanded = config.model_copy(
-                update={"engine": config.engine.model_copy(update={"virtual_microbatches": False})}
-            )
-            plan = build_plan(expanded, topology, gpu)
-            result = engine_for(plan).run()
+        result = engine.run()
     except CostModelError as e:
         algorithm = config.engine.collective_algorithm
         if algorithm == "auto":
@@ -122,7 +107,7 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         memory=plan.memory,
         model_flops=plan.model_flops,
         batch_tokens=config.training.batch_tokens,
-        choices=[c.as_dict() for c in run_choices(plan, engines[-1], cost.pricer.decisions)],
+        choices=[c.as_dict() for c in run_choices(plan, engine, cost.pricer.decisions)],
         stages=plan.stages,
         model_overrides=model_overrides(config.model),
         kernel_terms=kernels.describe(),

@@ -1,7 +1,8 @@
 """The `axsim` command line: the composition root.
 
 Each sub-command lives in `simulator/commands/<name>.py` and exposes `register(app)`,
-which adds a click command to the group.
+which adds a click command to the group; the group imports a command's module only when
+the command is called or listed (`LazyGroup`), so a call pays only for its own imports.
 Commands of the `validation` package (calibrate, compare, trace-torch, figures, validate)
 are plugged in through the `axsim.commands` entry-point group, so `simulator` never
 imports `validation` (imports flow one way; see docs/DESIGN.md).
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import sys
 from importlib import import_module
-from importlib.metadata import entry_points
 
 import click
 
@@ -24,44 +24,74 @@ from workloads.errors import WorkloadError
 
 USER_ERRORS: tuple[type[BaseException], ...] = (SimulatorError, TopologyError, WorkloadError)
 
-COMMAND_MODULES = (
-    "simulator.commands.schema",
-    "simulator.commands.topology",
-    "simulator.commands.collective",
-    "simulator.commands.simulate",
-    "simulator.commands.search",
-    "simulator.commands.bench",
-    "simulator.commands.compare_strategies",
-    "simulator.commands.sweep",
-    "simulator.commands.presets",
-)
+# command name -> module whose `register(app)` adds it. Listed here (not discovered by
+# importing) so that a call imports only its own command: `axsim --version` imports none,
+# `axsim collective` only the collective command (the pydantic config, the engine and the
+# validation package stay unloaded).
+COMMANDS = {
+    "schema": "simulator.commands.schema",
+    "topology": "simulator.commands.topology",
+    "collective": "simulator.commands.collective",
+    "simulate": "simulator.commands.simulate",
+    "search": "simulator.commands.search",
+    "bench": "simulator.commands.bench",
+    "compare-strategies": "simulator.commands.compare_strategies",
+    "sweep": "simulator.commands.sweep",
+    "presets": "simulator.commands.presets",
+}
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-@click.group(name="axsim", context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="axsim", prog_name="axsim")
-def app() -> None:
-    """Discrete-event simulator of distributed LLM training on GPU supercomputers."""
+class LazyGroup(click.Group):
+    """A click group whose commands are imported when they are called or listed.
 
+    Plug-in packages (the `axsim.commands` entry points) are asked for their commands only
+    when a name is not one of ours or the command list is shown; a plug-in's `register(app)`
+    may declare its commands lazily with `app.add_lazy_command(name, module)`.
+    """
 
-def _register_all() -> None:
-    for mod_name in COMMAND_MODULES:
-        try:
-            mod = import_module(mod_name)
-        except ModuleNotFoundError as e:
-            if e.name == mod_name:
-                continue  # command not built yet
-            raise
-        mod.register(app)
-    for ep in entry_points(group="axsim.commands"):
-        try:
-            ep.load()(app)
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("validation"):
-                continue
-            raise
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.lazy: dict[str, str] = dict(COMMANDS)
+        self.plugins_loaded = False
 
+    def add_lazy_command(self, name: str, module: str) -> None:
+        """Declare that `module`'s `register(app)` adds the command `name`."""
+        self.lazy.setdefault(name, module)
 
-_register_all()
+    def _load(self, name: str) -> None:
+        module = self.lazy.pop(name, None)
+        if module is None:
+            return
+        for other, mod in list(self.lazy.items()):  # one module may add several commands
+            if mod == module:
+                del self.lazy[other]
+        import_module(module).register(self)
+
+    def _load_plugins(self) -> None:
+        if self.plugins_loaded:
+            return
+        self.plugins_loaded = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group="axsim.commands"):
+            try:
+                ep.load()(self)
+            except ModuleNotFoundError as e:
+                if e.name and e.name.startswith("validation"):
+                    continue
+                raise
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name not in self.lazy:
+            self._load_plugins()
+        if cmd_name not in self.commands:
+            self._load(cmd_name)
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load_plugins()
+        return sorted(set(self.commands) | set(self.lazy))
 
 
 def one_line(message: str) -> str:
@@ -73,6 +103,12 @@ def one_line(message: str) -> str:
 
 def _error(message: str) -> None:
     print(f"axsim: error: {one_line(message)}", file=sys.stderr)
+
+
+@click.group(name="axsim", cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="axsim", prog_name="axsim")
+def app() -> None:
+    """Discrete-event simulator of distributed LLM training on GPU supercomputers."""
 
 
 def fail(message: str) -> None:

@@ -4,13 +4,13 @@ what each lifetime gathers; what the memory model charges for it."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer
+from simulator.outputs.analysis import record_weights
 from simulator.search.analytical import axonn_comm_bytes
 from topologies.synthetic import build_full_mesh
 from workloads.axonn.implementation import PRESETS, WeightPolicy, weight_policy
@@ -48,9 +48,8 @@ def _simulated_bytes_by_group(params: AxonnParallel, training: TrainingSetup) ->
     pricer = CollectivePricer(topo, NetworkParams.ideal(), "ring")
     res = Engine(graph, topo, CostModel(RooflineKernels(50e12, 1e12, 2e-6), pricer)).run()
     tl = res.timeline.rank(0)
-    weight = np.ones(len(tl))
-    for first, stop, extra in res.timeline.metadata.get("virtual_copies", []):  # type: ignore[union-attr]
-        weight[first:stop] += extra
+    warps = res.timeline.metadata["warps"]
+    weight = record_weights(len(tl), warps.get(0, []))  # type: ignore[union-attr]
     comm = tl.mask_comm()
     out: dict[str, float] = {}
     for g, nbytes, w in zip(tl.group[comm], tl.bytes[comm], weight[comm], strict=True):

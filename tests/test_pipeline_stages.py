@@ -17,6 +17,7 @@ from simulator.outputs.render import stage_table
 from tests.cli_helpers import one_line_error
 from tests.strategy_helpers import SPEC, BlockOnlyKernels, hybrid, run
 from workloads.errors import WorkloadError
+from workloads.graph import executed_ops
 from workloads.hybrid.params import MegatronParallel
 from workloads.hybrid.setup import stage_chunks
 from workloads.hybrid.stages import stage_layers_for
@@ -90,7 +91,8 @@ def _stage_times(stages: tuple[int, ...], m: int) -> tuple[float, list[tuple[flo
         kernels=BlockOnlyKernels(),
     )  # fmt: skip
     k = BlockOnlyKernels()
-    ops = [o for o in g.programs[0].ops if isinstance(o, ComputeOp) and o.name.startswith("L0.")]
+    run_ops = executed_ops(g.programs[0])  # the text may hold a run of passes once
+    ops = [o for o in run_ops if isinstance(o, ComputeOp) and o.name.startswith("L0.")]
     f = sum(k.duration_s(o) for o in ops if o.phase == "fwd") / m
     b = sum(k.duration_s(o) for o in ops if o.phase != "fwd") / m  # recompute + backward
     return res.iteration_time_s, [(n * f, n * b) for n in stages]

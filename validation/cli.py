@@ -2,24 +2,30 @@
 entry point (the simulator never imports validation).
 
 Each command lives in its own module and exposes `register(app)`; this function only
-calls them, so adding a command is one line here.
+names them, so adding a command is one line here. A group that loads commands lazily
+(simulator/cli.py `LazyGroup`) imports a module only when its command is called.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+
 import click
+
+COMMANDS = {
+    "trace-torch": "validation.torch4d.command",
+    "calibrate": "validation.commands.calibrate",
+    "compare": "validation.commands.compare",
+    "figures": "validation.commands.figures",
+    "validate": "validation.commands.validate",
+}
 
 
 def register(app: click.Group) -> None:
-    """Add every validation command to the axsim group."""
-    from validation.commands.calibrate import register as register_calibrate
-    from validation.commands.compare import register as register_compare
-    from validation.commands.figures import register as register_figures
-    from validation.commands.validate import register as register_validate
-    from validation.torch4d.command import register as register_trace_torch
-
-    register_trace_torch(app)
-    register_calibrate(app)
-    register_compare(app)
-    register_figures(app)
-    register_validate(app)
+    """Add every validation command to the axsim group (lazily where it can)."""
+    add_lazy = getattr(app, "add_lazy_command", None)
+    for name, module in COMMANDS.items():
+        if add_lazy is not None:
+            add_lazy(name, module)
+        else:
+            import_module(module).register(app)

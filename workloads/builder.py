@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from workloads.errors import WorkloadError
 from workloads.graph import Program, Segment
@@ -290,6 +290,48 @@ class ProgramBuilder:
     def build(self) -> Program:
         self._charge()
         return Program(self.name, tuple(self.ops), tuple(self.segments))
+
+    def repeats(self, a: int, b: int, length: int) -> bool:
+        """Whether ops[b : b + length] repeat ops[a : a + length]: equal ops whose
+        dependencies follow the copy (shifted by b - a, or the same op before a)."""
+        return repeats(self.ops, a, b, length)
+
+
+def repeats(ops: list[Op] | tuple[Op, ...], a: int, b: int, length: int) -> bool:
+    """Whether ops[b : b + length] repeat ops[a : a + length] (see ProgramBuilder.repeats):
+    what lets a generator emit one body standing for several copies (Segment.repeat)."""
+    if b + length > len(ops) or a + length > b:
+        return False
+    shift = b - a
+    for x in range(length):
+        oa, ob = ops[a + x], ops[b + x]
+        if type(oa) is not type(ob):
+            return False
+        for f in _plain_fields(type(oa)):
+            if getattr(oa, f) != getattr(ob, f):
+                return False
+        da, db = _dependencies(oa), _dependencies(ob)
+        if len(da) != len(db):
+            return False
+        for x_dep, y_dep in zip(da, db, strict=True):
+            if y_dep != x_dep + shift and not (y_dep == x_dep < a):
+                return False
+    return True
+
+
+_PLAIN: dict[type, tuple[str, ...]] = {}
+
+
+def _plain_fields(t: type) -> tuple[str, ...]:
+    got = _PLAIN.get(t)
+    if got is None:
+        got = tuple(f.name for f in fields(t) if f.name not in ("deps", "target"))
+        _PLAIN[t] = got
+    return got
+
+
+def _dependencies(op: Op) -> tuple[int, ...]:
+    return (*op.deps, op.target) if isinstance(op, WaitOp) else op.deps
 
 
 def microbatch_copies(microbatches: int, compress: bool) -> list[int]:

@@ -16,7 +16,7 @@ engine may skip repeated segments when it can prove the result identical.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -224,9 +224,27 @@ def _check_group_membership(graph: OpGraph, program_index: int) -> None:
                 )
 
 
+def executed_ops(program: Program) -> Iterator[Op]:
+    """The program's ops in the order a rank runs them, every copy of a repeated segment
+    included (stages of one pipeline may compress different runs of passes, so what must
+    match across ranks is what they run, not their texts)."""
+    repeated = {s.start: s for s in program.segments if s.repeat > 1}
+    ops = program.ops
+    i = 0
+    while i < len(ops):
+        seg = repeated.get(i)
+        if seg is None:
+            yield ops[i]
+            i += 1
+            continue
+        for _ in range(seg.repeat):
+            yield from ops[seg.start : seg.stop]
+        i = seg.stop
+
+
 def _collective_signatures(program: Program) -> dict[str, tuple[tuple[object, ...], ...]]:
     sig: dict[str, list[tuple[object, ...]]] = defaultdict(list)
-    for op in program.ops:
+    for op in executed_ops(program):
         if isinstance(op, CollectiveOp):
             sig[op.group].append((op.tag, op.kind.value, float(op.bytes), op.root))
     return {g: tuple(v) for g, v in sig.items()}
@@ -266,7 +284,7 @@ def _p2p_lists(
     out: dict[str, tuple[list[tuple[object, ...]], list[tuple[object, ...]]]] = defaultdict(
         lambda: ([], [])
     )
-    for op in program.ops:
+    for op in executed_ops(program):
         if isinstance(op, SendOp):
             out[op.group][0].append((op.peer, op.tag, float(op.bytes)))
         elif isinstance(op, RecvOp):

@@ -11,10 +11,10 @@ node) = (16, 8) or (2, 1)). Bus bandwidth follows nccl-tests' convention
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.cost.calibration import Calibration
 from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine
 from simulator.errors import ConfigError
@@ -24,6 +24,9 @@ from topologies.types import Topology
 from workloads.graph import OpGraph, Program
 from workloads.groups import ProcessGroups, strided_groups
 from workloads.ops import CollectiveKind, CollectiveOp, RecvOp, SendOp, bus_factor
+
+if TYPE_CHECKING:  # the calibration models (pydantic) load only when a file is given
+    from simulator.cost.calibration import Calibration
 
 OPS = tuple(k.value for k in CollectiveKind)
 

@@ -7,13 +7,20 @@ from typing import Any
 
 import click
 
-from simulator.benchmarks.collectives import OPS, collective_sweep
 from simulator.commands.params import ALGORITHM_HELP, NETWORK_HELP, POSITIVE, FiniteFloat
-from simulator.network.protocols import PROTOCOLS
 from simulator.network.schedules import ALGORITHMS
 from simulator.outputs.versions import stamp
 from simulator.units import format_bytes, parse_size_sweep
 from topologies.fabric import ROUTING_POLICIES
+from workloads.ops import CollectiveKind
+
+# The same list simulator.benchmarks.collectives checks; defined here so that registering
+# the command does not load the engine.
+OPS = tuple(k.value for k in CollectiveKind)
+# simulator/network/protocols.py PROTOCOLS, named here because that module loads the
+# calibration models (pydantic), which `axsim collective --help` must not
+# (tests/test_cli_lazy.py checks that the two lists agree)
+PROTOCOLS = ("LL", "LL128", "Simple")
 
 
 def _nccl_tests_text(
@@ -29,7 +36,6 @@ def _nccl_tests_text(
     from simulator.benchmarks.collectives import member_table
     from simulator.benchmarks.nccl_tests import format_nccl_tests
     from topologies.hardware import gpu_spec
-    from workloads.ops import CollectiveKind
 
     first = member_table(topo, group, placement, instances, per_node)[0]
     nodes = [topo.gpu_node(int(g)) for g in first]
@@ -143,6 +149,7 @@ def register(app: click.Group) -> None:
         as_json: bool,
     ) -> None:
         """Time a collective for a sweep of message sizes (time, algbw, busbw)."""
+        from simulator.benchmarks.collectives import collective_sweep
         from simulator.commands.topology import build_from_flags
         from simulator.errors import ConfigError
         from simulator.network.params import network_params_for

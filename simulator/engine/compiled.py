@@ -210,9 +210,10 @@ def estimate_overlap(
         if k == COMPUTE:
             d = base_ps[i] / PS_PER_S
             lo, hi = clock, clock + d
-            inflight = [(a, b) for a, b in inflight if b > lo]
-            covered = _covered(lo, hi, inflight)
-            out[i] = covered
+            if inflight:
+                inflight = [(a, b) for a, b in inflight if b > lo]
+                if inflight:
+                    out[i] = _covered(lo, hi, inflight)
             clock = hi
         elif k == WAIT:
             assert isinstance(op, WaitOp)

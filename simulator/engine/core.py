@@ -10,16 +10,20 @@ through ops whose predecessors' end times are known; compute ops have known dura
 only collectives in flight stop a stream. Collective activations and completions are simpy
 events, so the network sees them in time order; any op processed at simulated time t
 starts at or after t. Times are integer picoseconds.
+
+Repeated regions (microbatches, steady pipeline pairs) are unrolled as ranks reach them
+(simulator/engine/unroll.py); the periodic prover (simulator/engine/periodic.py) compares
+the state after consecutive copies of the first simulated rank and, once the whole state
+repeats shifted in time, skips the copies in the middle (`_warp`).
 """
 
 from __future__ import annotations
 
 import time
 from array import array
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import simpy
@@ -32,13 +36,29 @@ from simulator.engine.compiled import (
     SEND,
     WAIT,
     CommInfo,
-    CompiledProgram,
     compile_program,
 )
 from simulator.engine.modes import RankView, choose_view
-from simulator.engine.network import Activation, NetworkStats, build_network
-from simulator.engine.steady import SkipRun, barrier_ops, plan_skips
-from simulator.engine.timeline_build import rank_timeline
+from simulator.engine.network import (
+    Activation,
+    NetworkStats,
+    _Call,
+    build_network,
+    queued_events,
+    shift_clock,
+)
+from simulator.engine.periodic import Cut, host_slack_ok, periods_match, take_cut
+from simulator.engine.ranks import Pending as _Pending
+from simulator.engine.ranks import RankState as _Rank
+from simulator.engine.ranks import Warp
+from simulator.engine.regions import find_regions
+from simulator.engine.timeline_build import (
+    program_columns,
+    rank_timeline,
+    record_issue,
+    text_times,
+)
+from simulator.engine.unroll import RegionRun, Unrolled, ordinal_key
 from simulator.errors import EngineError
 from simulator.outputs.timeline import Timeline
 from topologies.positions import node_position_classes
@@ -48,31 +68,23 @@ from workloads.graph import OpGraph
 ProgressFn = Callable[[int, int, float], None]
 """progress(ops_done, ops_total, simulated_time_s)."""
 
-
-class MaterializationRequired(EngineError):
-    """The workload's compressed repetition cannot be used; expand it and run again."""
-
-
-@dataclass(eq=False)
-class _Rank:
-    rank: int
-    gpu: int
-    prog: CompiledProgram
-    start: array
-    end: array
-    pos: list[int]
-    free: list[int]
-    inflight: list[int]
-    waiters: dict[int, list[int]] = field(default_factory=dict)
-    sync: dict[int, int] = field(default_factory=dict)
-    groups: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # kc, expected, position
+CUT_PRIORITY = 3  # after LATE (2): a cut sees the state after every event of its instant
+MAX_PERIOD_COPIES = 2  # periods of 1 or 2 copies are tried (contention may alternate)
 
 
-@dataclass(eq=False)
-class _Pending:
-    count: int = 0
-    ready: int = 0
-    parts: list[tuple[_Rank, int, int]] = field(default_factory=list)
+class _Launch:
+    """What a collective's completion resolves: the participants' (rank, op, stream)."""
+
+    __slots__ = ("act", "engine", "parts")
+
+    def __init__(self, engine: Engine, parts: list[tuple[_Rank, int, int]]):
+        self.engine = engine
+        self.parts = parts
+        self.act: Activation | None = None
+
+    def __call__(self, end: int) -> None:
+        assert self.act is not None
+        self.engine._resolve(self.parts, self.act.start_ps, end)
 
 
 def split_classes_by_position(
@@ -192,9 +204,7 @@ class Engine:
     def run(self) -> EngineResult:
         t0 = time.perf_counter()
         try:
-            result = self._run(skip=self.steady_state)
-            if result is None:  # ranks drifted apart at a segment boundary: exact rerun
-                result = self._run(skip=False)
+            result = self._run()
         except OverflowError:
             # times are int64 picoseconds: an op of more than ~106 days (a bandwidth or a
             # slowdown off by orders of magnitude) cannot be represented
@@ -202,17 +212,12 @@ class Engine:
                 f"simulated time exceeds the engine's range ({MAX_SIMULATED_DAYS:.0f} days): "
                 "an op would last longer; check the bandwidths, slowdowns and sizes"
             ) from None
-        assert result is not None
         result.wall_time_s = time.perf_counter() - t0
         result.setup_time_s = self.setup_time_s
         return result
 
     def _setup(self) -> None:
         t0 = time.perf_counter()
-        self._setup_inner()
-        self.setup_time_s = time.perf_counter() - t0
-
-    def _setup_inner(self) -> None:
         self.env = simpy.Environment()
         self.stats = NetworkStats()
         self.net = build_network(self.cost.network, self.env, self.cost.pricer, self.stats)
@@ -221,50 +226,65 @@ class Engine:
         self.instances_cache: dict[Hashable, tuple[Hashable, np.ndarray]] = {}
         self.group_gpus: dict[str, np.ndarray] = {}  # every instance of a group kind, as GPUs
         self.processed = 0
-        # (first op, stop op, extra copies) of repeated bodies counted but not simulated
-        self.virtual_copies: list[tuple[int, int, int]] = []
+        self.skipped = 0
         self.next_report = 0
-        compiled: dict[tuple[int, float], CompiledProgram] = {}
+        unrolled: dict[tuple[int, float], Unrolled] = {}
         durations: dict[object, int] = {}
         self.ranks: list[_Rank] = []
         for rep in self.view.reps.tolist():
             pidx = int(self.graph.rank_program[rep])
             factor = float(self.stragglers.get(rep, 1.0))
-            cp = compiled.get((pidx, factor))
-            if cp is None:
+            prog = unrolled.get((pidx, factor))
+            if prog is None:
+                program = self.graph.programs[pidx]
                 cp = compile_program(
-                    self.graph.programs[pidx],
+                    program,
                     self.cost.kernels,
                     factor,
                     self.cost.overlap_slowdown,
                     durations,
                     self._comm_estimator(rep) if self.cost.stretches_overlap else None,
                 )
-                compiled[(pidx, factor)] = cp
-            n = cp.num_ops
-            ns = len(cp.stream_names)
-            self.ranks.append(
-                _Rank(
-                    rank=rep,
-                    gpu=int(self.placement[rep]),
-                    prog=cp,
-                    start=array("q", [-1]) * n,
-                    end=array("q", [-1]) * n,
-                    pos=[0] * ns,
-                    free=[0] * ns,
-                    inflight=[-1] * ns,
-                )
+                prog = Unrolled(cp, find_regions(program, cp))
+                prog.work = self.work
+                unrolled[(pidx, factor)] = prog
+            n = prog.num_ops
+            ns = len(prog.stream_names)
+            r = _Rank(
+                rank=rep,
+                gpu=int(self.placement[rep]),
+                prog=prog,
+                start=array("q", [-1]) * n,
+                end=array("q", [-1]) * n,
+                pos=[0] * ns,
+                free=[0] * ns,
+                inflight=[-1] * ns,
             )
+            prog.users.append(r)
+            self.ranks.append(r)
         self.ops_total = sum(r.prog.program.represented_ops for r in self.ranks)
-        self.program_end = max((r.prog.num_ops for r in self.ranks), default=0)
-        self.gate = self.program_end
+        # the periodic prover watches the first simulated rank's region copies
+        self.watcher = self.ranks[0] if self.steady_state and self.ranks else None
+        self.watch_run: RegionRun | None = None
+        self.watch_copy = 0
+        self.cuts: list[Cut] = []
+        self.cut_at = -1
+        if self.watcher is not None:
+            self._watch_next(None)
+        self.setup_time_s = time.perf_counter() - t0
 
     def _comm_estimator(self, rank: int):
-        """Isolated duration estimates of `rank`'s communication ops (for overlap)."""
+        """Isolated duration estimates of `rank`'s communication ops (for overlap), cached
+        by what they depend on (not the ordinal)."""
         pricer = self.cost.pricer
         view = self.view
+        cache: dict[tuple[object, ...], float] = {}
 
         def estimate(info) -> float:
+            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer)
+            got = cache.get(ck)
+            if got is not None:
+                return got
             # every instance of the group kind at once (as in a lockstep iteration), the same
             # in both engine modes so both stretch the same ops
             gv = view.groups[info.group]
@@ -277,89 +297,124 @@ class Engine:
                 rows = self._group_gpus(info.group)
                 key = (info.group, "all")
             bundles = pricer.bundles(info.kind, rows, info.nbytes, info.root, info.algorithm, key)
-            return max(
+            got = max(
                 (pricer.estimate_time_s(b, info.nbytes, info.kind) for b in bundles), default=0.0
             )
+            cache[ck] = got
+            return got
 
         return estimate
 
-    def _run(self, skip: bool) -> EngineResult | None:
+    def _run(self) -> EngineResult:
         self._setup()
-        t0 = time.perf_counter()
-        runs = self._skip_plan() if skip else []
-        self.setup_time_s += time.perf_counter() - t0  # proving repetition is setup too
-        self._require_proof(runs)
-        skipped = 0
-        for run in runs:
-            b_i, b_next = run.first.start, run.segments[1].start
-            t_i = self._run_until(b_i)
-            if t_i is None:  # ranks reach the boundary apart: resuming would rewind time
-                self._require_proof([])
-                return None
-            snapshot = self.stats.snapshot()
-            t_next = self._run_until(b_next)
-            if t_next is None:
-                self._require_proof([])
-                return None
-            self._copy_segments(run, t_next - t_i)
-            copies = sum(seg.repeat for seg in run.segments) - 1
-            self.stats.repeat_since(snapshot, copies)
-            skipped += copies
-            virtual = sum(seg.repeat - 1 for seg in run.segments)
-            if virtual:
-                self.virtual_copies.append((run.first.start, run.first.stop, virtual))
-        if self._run_until(self.program_end) is None:
-            self._require_proof([])
-            return None
-        return self._result(skipped)
-
-    def _require_proof(self, runs: list[SkipRun]) -> None:
-        """A compressed program (segments standing for several copies) can only be run when
-        every such segment lies in a run whose repetition is proven exact. The run's first
-        body is simulated and its copies follow it; a later body stands at its last copy."""
-        covered = {(s.start, s.stop) for run in runs for s in run.segments}
-        for r in self.ranks:
-            for seg in r.prog.program.segments:
-                if seg.repeat > 1 and (seg.start, seg.stop) not in covered:
-                    raise MaterializationRequired(
-                        "the repeated microbatches of this workload cannot be proven identical here "
-                        "(e.g. ranks drift apart); expand them"
-                    )
-
-    def _skip_plan(self) -> list[SkipRun]:
-        programs = {id(r.prog.program): r.prog.program for r in self.ranks}
-        if len(programs) != 1:
-            return []
-        program = next(iter(programs.values()))
-        runs = plan_skips(program)
-        if runs:
-            bounds = sorted(
-                {
-                    b
-                    for run in runs
-                    for b in (run.first.start, run.segments[1].start, run.segments[-1].stop)
-                }
-            )
-            self.barriers = barrier_ops(program, bounds)
-        return runs
-
-    def _run_until(self, gate: int) -> int | None:
-        """Simulate every op before `gate`; return the common barrier time of all ranks,
-        or None if the ranks do not reach it at one instant (no exact skipping then)."""
-        self.gate = gate
         for r in self.ranks:
             for s in range(len(r.prog.stream_names)):
                 self.work.append((r, s))
         self._drain()
         self.env.run()
-        self._check_finished(gate)
-        if gate >= self.program_end:
-            return 0
-        w = getattr(self, "barriers", {}).get(gate, -1)
-        times = {0 if w < 0 else r.end[w] for r in self.ranks}
-        if len(times) != 1:
-            return None
-        return times.pop()
+        self._check_finished()
+        return self._result()
+
+    # ----------------------------------------------------------- periodicity
+    def _watch_next(self, after: RegionRun | None) -> None:
+        """Watch the watcher's next region (after `after`) for copies to compare."""
+        assert self.watcher is not None
+        runs = self.watcher.prog.runs
+        k = 0 if after is None else runs.index(after) + 1
+        self.watch_run = runs[k] if k < len(runs) else None
+        self.watch_copy = 1  # copy 0 may still hold what came before the region
+        self.cuts = []
+
+    def _poll(self) -> None:
+        """The watcher advanced: once it has started the watched copy, cut after every
+        event of this instant."""
+        run = self.watch_run
+        assert run is not None and self.watcher is not None
+        k = self.watch_copy
+        if k >= len(run.copy_starts):
+            if run.copies_left <= 0 and run.done:
+                self._watch_next(run)
+            return
+        if self.watcher.start[run.copy_starts[k]] < 0:
+            return
+        self.watch_copy = k + 1
+        now = int(self.env.now)
+        if self.cut_at != now:
+            self.cut_at = now
+            self.env.schedule(_Call(self.env, self._cut), CUT_PRIORITY, 0)  # type: ignore[arg-type]
+
+    def _cut(self) -> None:
+        run = self.watch_run
+        if run is None:
+            return
+        cut = take_cut(self, int(self.env.now))
+        for back in range(1, MAX_PERIOD_COPIES + 1):
+            if back > len(self.cuts):
+                break
+            prev = self.cuts[-back]
+            if not periods_match(prev, cut, back) or not host_slack_ok(self, prev, cut, back):
+                continue
+            copies = min(w.run.copies_left for w in cut.windows if w.run is not None)
+            copies -= copies % back
+            if copies > 0:
+                self._warp(prev, cut, copies, back)
+                self._watch_next(run)
+                return
+        self.cuts = (
+            [*self.cuts[-(MAX_PERIOD_COPIES - 1) :], cut] if MAX_PERIOD_COPIES > 1 else [cut]
+        )
+        if run.copies_left <= 0:
+            self._watch_next(run)
+
+    def _warp(self, a: Cut, b: Cut, copies: int, back: int) -> None:
+        """Skip `copies` copies of every rank's region (`copies` / `back` periods of
+        b.time - a.time): shift the state at cut b that much later (see periodic.py)."""
+        periods = copies // back
+        period = b.time - a.time
+        delta = periods * period
+        runs = {id(w.run): w.run for w in b.windows if w.run is not None}
+        for run in runs.values():
+            run.skipped += copies
+        run_of: dict[int, RegionRun] = {}
+        for r, wa, wb in zip(self.ranks, a.windows, b.windows, strict=True):
+            if wb.run is None:
+                continue
+            run_of[id(r)] = wb.run
+            for arr in (r.start, r.end):
+                v = np.frombuffer(arr, dtype=np.int64)[wb.lo : wb.hi]
+                v[v >= 0] += delta
+            for i in [i for i in r.sync if wb.lo <= i < wb.hi]:
+                r.sync[i] += delta
+            r.free = [f + delta for f in r.free]
+            host = copies * wb.run.issue_ps
+            r.ish += host
+            for okey, c in wb.run.counts.items():
+                r.oshift[okey] = r.oshift.get(okey, 0) + copies * c
+            r.warps.append(Warp(wa.lo, wb.lo, periods, period, a.time, b.time, host))
+        pending: dict[tuple[object, ...], _Pending] = {}
+        for key, p in self.pending.items():
+            p.ready += delta
+            r0, i0, _ = p.parts[0]
+            info = r0.prog.comm[i0]
+            assert info is not None
+            extra = copies * run_of[id(r0)].counts.get(ordinal_key(info, r0.prog.kind[i0]), 0)
+            ordinal = key[-1]
+            assert isinstance(ordinal, int)
+            pending[(*key[:-1], ordinal + extra)] = p
+        self.pending = pending
+        acts: dict[int, Activation] = {}
+        for _, _, tag in queued_events(self.env):
+            for x in tag or ():
+                if isinstance(x, Activation):
+                    acts[id(x)] = x
+        for c in getattr(self.net, "active", ()):
+            acts[id(c.act)] = c.act
+        for act in acts.values():
+            act.start_ps += delta
+        self.net.shift(delta)
+        shift_clock(self.env, delta)
+        self.stats.repeat_since(a.link_bytes, periods)
+        self.skipped += copies
 
     # ---------------------------------------------------------------- streams
     def _drain(self) -> None:
@@ -376,59 +431,66 @@ class Engine:
         prog = r.prog
         ops = prog.stream_ops[s]
         pos = r.pos[s]
-        n = len(ops)
-        if pos >= n:
+        if pos < len(ops) and ops[pos] == r.inflight[s]:
             return
-        inflight = r.inflight[s]
-        if ops[pos] == inflight:
-            return
-        kind, deps, dur, issue = prog.kind, prog.deps, prog.dur_ps, prog.issue_ps
+        kind, deps, dur, issue = prog.kind, prog.deps, prog.dur, prog.issue
         end, start = r.end, r.start
         free = r.free[s]
-        gate = self.gate
+        ish = r.ish
         waiters = r.waiters
         done = 0
-        while pos < n:
-            i = ops[pos]
-            if i >= gate or i == inflight:
-                break
-            t = issue[i] if issue[i] > free else free
-            blocked = -1
-            for d in deps[i]:
-                e = end[d]
-                if e < 0:
-                    blocked = d
+        while True:
+            n = len(ops)
+            while pos < n:
+                i = ops[pos]
+                c = issue[i] + ish
+                t = c if c > free else free
+                blocked = -1
+                for d in deps[i]:
+                    e = end[d]
+                    if e < 0:
+                        blocked = d
+                        break
+                    if e > t:
+                        t = e
+                if blocked >= 0:
+                    lst = waiters.get(blocked)
+                    if lst is None:
+                        waiters[blocked] = [s]
+                    elif s not in lst:
+                        lst.append(s)
+                    n = -1  # stop: blocked
                     break
-                if e > t:
-                    t = e
-            if blocked >= 0:
-                lst = waiters.get(blocked)
-                if lst is None:
-                    waiters[blocked] = [s]
-                elif s not in lst:
-                    lst.append(s)
-                break
-            k = kind[i]
-            if k in (COMPUTE, WAIT):
-                e = t + dur[i]
+                k = kind[i]
+                if k in (COMPUTE, WAIT):
+                    e = t + dur[i]
+                    start[i] = t
+                    end[i] = e
+                    free = e
+                    pos += 1
+                    done += 1
+                    if waiters:
+                        waiting = waiters.pop(i, None)
+                        if waiting:
+                            self.work.extend([(r, x) for x in waiting])
+                    continue
                 start[i] = t
-                end[i] = e
-                free = e
-                pos += 1
-                done += 1
-                if waiters:
-                    waiting = waiters.pop(i, None)
-                    if waiting:
-                        self.work.extend([(r, x) for x in waiting])
-                continue
-            start[i] = t
-            r.inflight[s] = i
+                r.inflight[s] = i
+                r.pos[s], r.free[s] = pos, free
+                self.processed += done
+                self._arrive(r, i, s, t)
+                if r is self.watcher and self.watch_run is not None:
+                    self._poll()
+                return
+            if n < 0 or prog.complete:
+                break
             r.pos[s], r.free[s] = pos, free
-            self.processed += done
-            self._arrive(r, i, s, t)
-            return
+            if not prog.need(r, s):  # parked until ops for this stream are unrolled
+                break
         r.pos[s], r.free[s] = pos, free
         self.processed += done
+        if r is self.watcher and self.watch_run is not None:
+            self._poll()
 
     # -------------------------------------------------------------- rendezvous
     def _group_keys(self, r: _Rank, group: str) -> tuple[int, int, int]:
@@ -446,12 +508,15 @@ class Engine:
         assert info is not None
         kc, expected, own = self._group_keys(r, info.group)
         k = r.prog.kind[i]
+        ordinal = info.ordinal
+        if r.oshift:  # copies skipped before this op issued their collectives too
+            ordinal += r.oshift.get(ordinal_key(info, k), 0)
         if k == COLL:
-            key: tuple[object, ...] = (info.group, kc, info.ordinal)
+            key: tuple[object, ...] = (info.group, kc, ordinal)
         else:
             gv = self.view.groups[info.group]
             src, dst = (own, info.peer) if k == SEND else (info.peer, own)
-            key = (info.group, kc, src, dst, info.ordinal)
+            key = (info.group, kc, src, dst, ordinal)
             expected = (
                 2
                 if self.view.mode == "full"
@@ -520,16 +585,18 @@ class Engine:
         start = p.ready
         if start < self.env.now:
             raise EngineError("internal error: a collective would start in the simulated past")
-        parts = p.parts
+        launch = _Launch(self, p.parts)
         act = Activation(
             kind=info.kind,
             nbytes=info.nbytes,
             instances=inst,
             key=ikey,
-            on_done=lambda end: self._resolve(parts, start, end),
+            on_done=launch,
             root=info.root,
             algorithm=self._algorithm(info),
+            owner=launch,
         )
+        launch.act = act
         self.net.submit(act, start)
 
     def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:
@@ -549,11 +616,11 @@ class Engine:
         self._drain()
 
     # ------------------------------------------------------------ completion
-    def _check_finished(self, gate: int) -> None:
+    def _check_finished(self) -> None:
         if self.pending:
             key, p = next(iter(self.pending.items()))
             r, i, _ = p.parts[0]
-            op = r.prog.program.ops[i]
+            op = r.prog.program.ops[self._text_op(r, i)]
             raise EngineError(
                 f"deadlock: collective '{op.name}' on group '{key[0]}' reached by {p.count} participant(s) of "
                 f"{self._expected(key)} (rank {r.rank} waits); the others never issue it"
@@ -561,54 +628,47 @@ class Engine:
         for r in self.ranks:
             ops = r.prog.stream_ops
             for s, pos in enumerate(r.pos):
-                if pos < len(ops[s]) and ops[s][pos] < gate:
+                if pos < len(ops[s]):
                     i = ops[s][pos]
-                    op = r.prog.program.ops[i]
+                    op = r.prog.program.ops[self._text_op(r, i)]
                     raise EngineError(
                         f"deadlock: rank {r.rank} cannot start op {i} ('{op.name}') on stream '{r.prog.stream_names[s]}'"
                     )
+            if not r.prog.complete:
+                raise EngineError(f"deadlock: rank {r.rank} stopped before the end of its program")
+
+    @staticmethod
+    def _text_op(r: _Rank, i: int) -> int:
+        return i if r.prog.src is None else r.prog.src[i]
 
     def _expected(self, key: tuple[object, ...]) -> int:
         gv = self.view.groups[str(key[0])]
         return int(gv.expected[int(key[1])]) if len(key) == 3 else 2  # type: ignore[call-overload]
 
-    # ------------------------------------------------------- steady state copy
-    def _copy_segments(self, run: SkipRun, shift: int) -> None:
-        first = run.first
-        for r in self.ranks:
+    # --------------------------------------------------------------- results
+    def _records(self, r: _Rank, cache: dict[int, object]):
+        """The rank's Timeline records: in text order where the text lists every op."""
+        cols = program_columns(r.prog, cache)
+        if r.prog.program.compressed:
             st = np.frombuffer(r.start, dtype=np.int64)
             en = np.frombuffer(r.end, dtype=np.int64)
-            comm_ops = [i for i in r.sync if first.start <= i < first.stop]
-            before = first.repeat  # copies run before the next materialised segment
-            for seg in run.segments[1:]:
-                off = seg.start - first.start
-                # a later body standing for several copies sits at its last copy, so what
-                # follows continues from the right time; the others are virtual_copies
-                k = before + seg.repeat - 1
-                st[seg.start : seg.stop] = st[first.start : first.stop] + k * shift
-                en[seg.start : seg.stop] = en[first.start : first.stop] + k * shift
-                for i in comm_ops:
-                    r.sync[i + off] = r.sync[i] + k * shift
-                before += seg.repeat
-            last = run.segments[-1].stop
-            for s, ops in enumerate(r.prog.stream_ops):
-                p = bisect_left(ops, last)
-                if p > r.pos[s]:
-                    r.pos[s] = p
-                    r.free[s] = r.end[ops[p - 1]]
+            issue = record_issue(r.prog, r.warps)
+            return rank_timeline(r.rank, cols, st, en, r.sync, issue)
+        st, en, sync = text_times(r.prog, r.start, r.end, r.sync, r.warps)
+        return rank_timeline(r.rank, cols, st, en, sync)
 
-    # --------------------------------------------------------------- results
-    def _result(self, skipped: int) -> EngineResult:
+    def _result(self) -> EngineResult:
         end_ps = 0
         for r in self.ranks:
             e = max(r.end) if len(r.end) else 0
             end_ps = max(end_ps, e)
         cache: dict[int, object] = {}
         by_rank = {r.rank: r for r in self.ranks}
+        # ranks whose records stand for skipped copies (Warp): the report adds them
+        warps = {r.rank: list(r.warps) for r in self.ranks if r.warps and r.prog.program.compressed}
 
         def loader(rank: int):
-            rr = by_rank[rank]
-            return rank_timeline(rr.rank, rr.prog, rr.start, rr.end, rr.sync, cache)
+            return self._records(by_rank[rank], cache)
 
         timeline = Timeline(
             ranks=tuple(sorted(by_rank)),
@@ -617,13 +677,7 @@ class Engine:
             loader=loader,
             representative=self.view.representative,
             link_bytes=self.stats.link_bytes(self.topology.num_links),
-            metadata={
-                "mode": self.view.mode,
-                "network": self.cost.network,
-                # (first op, stop op, extra copies): records [first, stop) of every simulated
-                # rank stand for `extra` more identical copies not in the timeline
-                "virtual_copies": list(self.virtual_copies),
-            },
+            metadata={"mode": self.view.mode, "network": self.cost.network, "warps": warps},
         )
         return EngineResult(
             timeline=timeline,
@@ -636,5 +690,5 @@ class Engine:
             wall_time_s=0.0,
             link_bytes=timeline.link_bytes if timeline.link_bytes is not None else np.zeros(0),
             network_stats=self.stats,
-            skipped_segments=skipped,
+            skipped_segments=self.skipped,
         )

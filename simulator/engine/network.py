@@ -8,6 +8,11 @@ through `activation.on_done(end_ps)` from a simpy callback):
   rates are recomputed once per simulated instant in which the active set changed
   (a low-priority event runs after every other event of that instant) and cached by the
   active pattern, so a steady-state iteration re-uses a handful of allocations.
+
+Every event a runtime schedules carries a `tag` saying what it will do, and no callback
+holds an absolute time: the periodic prover (simulator/engine/periodic.py) compares two
+states of a run by these tags, and moves a state forward in time (`shift`) when it skips
+repeated periods.
 """
 
 from __future__ import annotations
@@ -26,18 +31,26 @@ from workloads.ops import CollectiveKind
 
 LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an instant
 
+Tag = tuple[object, ...] | None
+"""What a scheduled event does, for state comparison: ('begin', act), ('phase', act,
+bundle, index), ('stage', act, bundle, index), ('reprice',), ('check', component,
+version), ('done', act); None for observers that change nothing."""
+
 
 class _Call(simpy.Event):
     """A triggered, successful event (what Event.succeed() would set) that runs `fn`.
 
     Cheaper than Event + succeed + a closure: this is the engine's most frequent object."""
 
-    def __init__(self, env: simpy.Environment, fn: Callable[[], None]) -> None:
+    __slots__ = ("fn", "tag")
+
+    def __init__(self, env: simpy.Environment, fn: Callable[[], None], tag: Tag = None) -> None:
         self.env = env
         self.callbacks = [_fire]
         self._ok = True
         self._value = None
         self.fn = fn
+        self.tag = tag
 
 
 def _fire(ev: simpy.Event) -> None:
@@ -45,15 +58,40 @@ def _fire(ev: simpy.Event) -> None:
 
 
 def call_at(
-    env: simpy.Environment, delay_ps: int, fn: Callable[[], None], priority: int = 1
+    env: simpy.Environment,
+    delay_ps: int,
+    fn: Callable[[], None],
+    priority: int = 1,
+    tag: Tag = None,
 ) -> None:
     """Run `fn` after `delay_ps` simulated picoseconds, via simpy's public `schedule`."""
-    env.schedule(_Call(env, fn), priority, delay_ps)  # type: ignore[arg-type]
+    env.schedule(_Call(env, fn, tag), priority, delay_ps)  # type: ignore[arg-type]
+
+
+def queued_events(env: simpy.Environment) -> list[tuple[int, int, Tag]]:
+    """(time, priority, tag) of every scheduled event in the order simpy will run them."""
+    queue: list[tuple[int, int, int, object]] = env._queue  # type: ignore[assignment] # simpy 4's heap (private)
+    return [(t, p, getattr(ev, "tag", None)) for t, p, _, ev in sorted(queue, key=_order)]
+
+
+def _order(entry: tuple[int, int, int, object]) -> tuple[int, int, int]:
+    return entry[0], entry[1], entry[2]
+
+
+def shift_clock(env: simpy.Environment, delta_ps: int) -> None:
+    """Move the simulated clock and every scheduled event `delta_ps` later (a uniform
+    shift keeps simpy's heap order)."""
+    env._queue[:] = [(t + delta_ps, p, e, ev) for t, p, e, ev in env._queue]
+    env._now = env._now + delta_ps
 
 
 @dataclass(eq=False)
 class Activation:
-    """One collective (or send/recv) on a set of concurrent group instances."""
+    """One collective (or send/recv) on a set of concurrent group instances.
+
+    `start_ps` is when its participants have all arrived (the `sync` start of their
+    records); `owner` is what the engine needs back on completion (for state comparison
+    it exposes `parts`)."""
 
     kind: CollectiveKind
     nbytes: float
@@ -65,6 +103,7 @@ class Activation:
     start_ps: int = 0
     bundles: tuple[Bundle, ...] = ()
     open_bundles: int = 0
+    owner: object = None
 
 
 @dataclass
@@ -92,7 +131,7 @@ class NetworkStats:
         return {k: v[1] for k, v in self.phase_bytes.items()}
 
     def repeat_since(self, snap: dict[int, float], times: int) -> None:
-        """Add `times` more copies of the bytes moved since `snap` (skipped segments)."""
+        """Add `times` more copies of the bytes moved since `snap` (skipped periods)."""
         for k, (phase, total) in list(self.phase_bytes.items()):
             delta = total - snap.get(k, 0.0)
             if delta:
@@ -108,37 +147,95 @@ class AlphaBetaNetwork:
         self.env = env
         self.pricer = pricer
         self.stats = stats
+        self._priced: dict[tuple[object, ...], tuple[tuple[Bundle, ...], int]] = {}
 
     def submit(self, act: Activation, start_ps: int) -> None:
         act.start_ps = start_ps
-        bundles = self.pricer.bundles(
-            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
-        )
-        seconds = 0.0
+        ck = (act.key, act.kind, act.nbytes, act.root, act.algorithm)
+        got = self._priced.get(ck)
+        if got is None:
+            bundles = self.pricer.bundles(
+                act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
+            )
+            seconds = 0.0
+            for b in bundles:
+                seconds = max(seconds, self.pricer.alpha_beta_time_s(b, act.nbytes, act.kind))
+            got = self._priced[ck] = (bundles, to_ps(seconds))
+        bundles, duration = got
         for b in bundles:
-            seconds = max(seconds, self.pricer.alpha_beta_time_s(b, act.nbytes, act.kind))
             for ph in b.phases:
                 self.stats.add_bytes(ph, ph.bytes_factor * act.nbytes)
-        end = start_ps + to_ps(seconds)
+        end = start_ps + duration
         self.stats.activations += 1
         self.stats.simpy_events += 1
-        call_at(self.env, end - int(self.env.now), lambda: act.on_done(end))
+        env = self.env
+        call_at(env, end - int(env.now), lambda: act.on_done(int(env.now)), tag=("done", act))
+
+    def state(self, now: int) -> tuple[object, ...]:
+        """Nothing beyond the scheduled events (their tags hold the activations)."""
+        return ()
+
+    def live_check(self, comp: object, version: object) -> bool:
+        return False  # schedules no checks
+
+    def check_position(self, comp: object) -> int:
+        return -1
+
+    def shift(self, delta_ps: int) -> None:
+        """Move the runtime's own clock values `delta_ps` later (none here)."""
 
 
 @dataclass(eq=False)
 class _Coflow:
     act: Activation
-    bundle: Bundle
+    bundle: int  # index into act.bundles
     plan: PhasePlan
     index: int  # phase index in the bundle
     phase: BoundPhase
     remaining: float  # bytes per flow still to move
     initial: float
+    seq: int  # order of arrival (ties between coflows of one pattern)
     rate: float = 0.0
 
 
+@dataclass(eq=False)
+class _Component:
+    """Active coflows connected by shared links: their rates depend on each other only.
+
+    Why: a pipeline or a full-mode run keeps hundreds of transfers in flight on disjoint
+    parts of the machine; sharing is computed per component, so one transfer starting or
+    ending re-solves only the transfers it shares links with, and each component's
+    allocation is cached by its own pattern (which recurs) instead of by the whole
+    machine's (which hardly does)."""
+
+    cid: int
+    members: list[_Coflow]
+    links: np.ndarray  # unique link ids of the members (in no particular order)
+    last_ps: int  # progress of the members accounted up to here
+    version: int = 0
+    solved: bool = False
+
+
+SPANNING_SHARE = 1 / 32
+"""A coflow whose phase alone uses at least this share of the machine's links switches
+to whole-machine solving until the network is idle. Why: keeping components costs passes
+over a joining coflow's links and over a splitting component's links (ownership,
+union-find), which only pays when it keeps most of the machine out of each solve. Measured with
+bench/distinct_work.py: a symmetric AxoNN run's bundle phases span 5-30% of the links
+(GPT-320B on 32,768 Frontier GCDs: 16,000-97,000 of 324,392), where per-component
+bookkeeping made the run 1.5x slower than whole-machine pricing; pipeline transfers and
+full-mode instances use under 2% (Megatron 175B on 64 A100: at most 17 of 832), where
+components keep each solve small. Results do not depend on it: max-min allocations of
+independent components are their separate allocations."""
+
+
 class ContentionNetwork:
-    """Max-min fair sharing among all concurrently active bundle phases."""
+    """Max-min fair sharing among all concurrently active bundle phases, solved per
+    connected component of the links they use (the max-min allocation of independent
+    components is their separate allocations), or as one whole while a coflow spans much
+    of the machine (`SPANNING_SHARE`) or an adaptive-routed phase is active
+    (its family spans layout classes and the adaptive solver's choice is machine-wide,
+    simulator/network/adaptive.py)."""
 
     name = "contention"
 
@@ -147,40 +244,66 @@ class ContentionNetwork:
         self.pricer = pricer
         self.stats = stats
         self.capacity = pricer.bandwidth_Bps
-        self.active: list[_Coflow] = []
-        self.last_ps = 0
-        self.version = 0
+        self.owner = np.full(self.capacity.shape[0], -1, dtype=np.int64)  # link -> component
+        self._last = np.full(self.capacity.shape[0], -1, dtype=np.int64)  # scratch (_split)
+        self.comps: dict[int, _Component] = {}
+        self.dirty: dict[int, _Component] = {}
+        self.whole: _Component | None = None  # set while every coflow is one component
+        self.lazy: _Component | None = None  # the only component, links not in `owner`
+        self.next_cid = 0
+        self.seq = 0
         self.reprice_pending = False
         self._rate_cache: dict[tuple[int, ...], np.ndarray] = {}
+        # bundles and plans of an activation pattern: the pricer's, looked up once
+        self._priced: dict[
+            tuple[object, ...], tuple[tuple[Bundle, ...], tuple[PhasePlan, ...]]
+        ] = {}
+
+    @property
+    def active(self) -> list[_Coflow]:
+        """Every active coflow (component by component)."""
+        return [c for comp in self.comps.values() for c in comp.members]
 
     # ------------------------------------------------------------ activation
     def submit(self, act: Activation, start_ps: int) -> None:
         act.start_ps = start_ps
         self.stats.activations += 1
-        self._after(start_ps - int(self.env.now), lambda: self._begin(act))
+        self._after(start_ps - int(self.env.now), lambda: self._begin(act), tag=("begin", act))
 
-    def _after(self, delay_ps: int, fn: Callable[[], None], priority: int = 1) -> None:
+    def _after(
+        self, delay_ps: int, fn: Callable[[], None], priority: int = 1, tag: Tag = None
+    ) -> None:
         self.stats.simpy_events += 1
-        self.env.schedule(_Call(self.env, fn), priority, delay_ps)  # type: ignore[arg-type]
+        self.env.schedule(_Call(self.env, fn, tag), priority, delay_ps)  # type: ignore[arg-type]
 
     def _begin(self, act: Activation) -> None:
-        act.bundles = self.pricer.bundles(
-            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
-        )
+        ck = (act.key, act.kind, act.nbytes, act.root, act.algorithm)
+        got = self._priced.get(ck)
+        if got is None:
+            bundles = self.pricer.bundles(
+                act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
+            )
+            plans = tuple(self.pricer.plan(b, act.kind, act.nbytes, shared=True) for b in bundles)
+            got = self._priced[ck] = (bundles, plans)
+        act.bundles, plans = got
         act.open_bundles = len(act.bundles)
         if not act.bundles:
             act.on_done(int(self.env.now))
             return
-        for b in act.bundles:
-            plan = self.pricer.plan(b, act.kind, act.nbytes, shared=True)
-            self._start_phase(act, b, plan, 0, plan.overhead_s)
+        for bi, plan in enumerate(plans):
+            self._start_phase(act, bi, plan, 0, plan.overhead_s)
 
     def _start_phase(
-        self, act: Activation, bundle: Bundle, plan: PhasePlan, index: int, extra_s: float = 0.0
+        self, act: Activation, bi: int, plan: PhasePlan, index: int, extra_s: float = 0.0
     ) -> None:
+        bundle = act.bundles[bi]
         if index >= len(bundle.phases):
             if extra_s > 0:  # a bundle without phases (size-1 group) still pays the overhead
-                self._after(to_ps(extra_s), lambda: self._start_phase(act, bundle, plan, index))
+                self._after(
+                    to_ps(extra_s),
+                    lambda: self._start_phase(act, bi, plan, index),
+                    tag=("stage", act, bi, index),
+                )
                 return
             act.open_bundles -= 1
             if act.open_bundles == 0:
@@ -192,61 +315,212 @@ class ContentionNetwork:
 
         def go() -> None:
             if per_flow <= 0 or phase.links.size == 0:
-                self._start_phase(act, bundle, plan, index + 1)
+                self._start_phase(act, bi, plan, index + 1)
                 return
-            self._advance_progress()
-            self.active.append(_Coflow(act, bundle, plan, index, phase, per_flow, per_flow))
-            self._mark_dirty()
+            self.seq += 1
+            self._join(_Coflow(act, bi, plan, index, phase, per_flow, per_flow, self.seq))
 
         if delay > 0:
-            self._after(delay, go)
+            self._after(delay, go, tag=("phase", act, bi, index))
         else:
             go()
 
-    # --------------------------------------------------------------- sharing
-    def _mark_dirty(self) -> None:
-        self.version += 1
-        if not self.reprice_pending:
-            self.reprice_pending = True
-            self._after(0, self._reprice, LATE)
-
-    def _advance_progress(self) -> None:
+    # ------------------------------------------------------------ components
+    def _progress(self, comp: _Component) -> None:
+        """Account the members' transfer since the component's last update."""
         now = int(self.env.now)
-        dt = now - self.last_ps
+        dt = now - comp.last_ps
         if dt > 0:
             secs = dt / PS_PER_S
-            for c in self.active:
+            for c in comp.members:
                 c.remaining -= c.rate * secs
-        self.last_ps = now
+        comp.last_ps = now
+
+    def _new_component(self, members: list[_Coflow], links: np.ndarray) -> _Component:
+        """A component; its links are owned (written to `owner`) only once another
+        component exists: collectives that run one at a time then cost no pass over their
+        links on start and end."""
+        comp = _Component(self.next_cid, members, links, int(self.env.now))
+        self.next_cid += 1
+        if self.comps:
+            self._own_lazy()
+            self.owner[links] = comp.cid
+        else:
+            self.lazy = comp
+        self.comps[comp.cid] = comp
+        self._mark_dirty(comp)
+        return comp
+
+    def _own_lazy(self) -> None:
+        """Write the lone unowned component's links to `owner` (another is coming)."""
+        lazy = self.lazy
+        if lazy is not None:
+            self.owner[lazy.links] = lazy.cid
+            self.lazy = None
+
+    def _drop(self, comp: _Component) -> None:
+        if comp is self.lazy:
+            self.lazy = None
+        del self.comps[comp.cid]
+        self.dirty.pop(comp.cid, None)
+
+    def _go_whole(self) -> _Component:
+        """Every active coflow becomes one component, solved as a whole from now until
+        the network is idle (its links stay owned, to be released then)."""
+        comps = list(self.comps.values())
+        for comp in comps:
+            self._progress(comp)
+            self._drop(comp)
+        members = [m for comp in comps for m in comp.members]
+        links = [comp.links for comp in comps]
+        whole = _Component(
+            self.next_cid,
+            members,
+            np.concatenate(links) if links else np.empty(0, dtype=np.int64),
+            int(self.env.now),
+        )
+        self.next_cid += 1
+        self.comps[whole.cid] = whole
+        self.whole = whole
+        return whole
+
+    def _join(self, c: _Coflow) -> None:
+        """A coflow starts: it joins (and merges) the components whose links it uses."""
+        whole = self.whole
+        if whole is None and (
+            c.phase.split is not None
+            or c.phase.links.size >= SPANNING_SHARE * self.capacity.shape[0]
+        ):
+            whole = self._go_whole()
+        if whole is not None:
+            self._progress(whole)
+            whole.members.append(c)
+            self._mark_dirty(whole)
+            return
+        if not self.comps:
+            self._new_component([c], c.phase.links)
+            return
+        self._own_lazy()
+        touched = self.owner[c.phase.links]
+        if touched.max() < 0:  # on free links: a component of its own
+            self._new_component([c], c.phase.links)
+            return
+        owned = touched[touched >= 0]
+        first = int(owned[0])
+        ids = [first] if (owned == first).all() else np.unique(owned).tolist()
+        comps = [self.comps[i] for i in ids]
+        # The largest component absorbs the others and the coflow's free links, in place:
+        # a symmetric run's components span most of the machine, and re-building (sorting,
+        # re-owning) their link sets on every join cost more than the events themselves.
+        # Components own disjoint links, so the union needs no de-duplication but the
+        # coflow's own new links'.
+        big = max(comps, key=lambda k: k.links.size)
+        for comp in comps:
+            self._progress(comp)
+        added = [k.links for k in comps if k is not big]
+        free = c.phase.links[touched < 0]  # a phase's links are unique already
+        if free.size:
+            added.append(free)
+        big.members = [m for comp in comps for m in comp.members] + [c]  # order as before
+        for comp in comps:
+            if comp is not big:
+                self._drop(comp)
+        self._drop(big)  # re-entered last, as a new component would be
+        self.comps[big.cid] = big
+        if added:
+            extra = np.concatenate(added)
+            self.owner[extra] = big.cid
+            big.links = np.concatenate([big.links, extra])
+        self._mark_dirty(big)
+
+    def _split(self, comp: _Component, keep: list[_Coflow]) -> None:
+        """Replace `comp` by the connected components of the coflows it keeps (in order of
+        their first member; members and links keep their order)."""
+        if comp is not self.lazy:
+            self.owner[comp.links] = -1
+        self._drop(comp)
+        if not keep:
+            return
+        if len(keep) == 1:
+            self._new_component(keep, keep[0].phase.links)
+            return
+        # union-find over the coflows: a dense link -> last coflow table instead of sorting
+        # or hashing the links (components span most of the machine in symmetric runs)
+        last = self._last
+        parent = list(range(len(keep)))
+
+        def find(j: int) -> int:
+            while parent[j] != j:
+                parent[j] = parent[parent[j]]
+                j = parent[j]
+            return j
+
+        for j, c in enumerate(keep):
+            seen = last[c.phase.links]
+            seen = seen[seen >= 0]
+            if seen.size:
+                first = int(seen[0])
+                others = [first] if (seen == first).all() else np.unique(seen).tolist()
+                for o in others:
+                    root = find(int(o))
+                    if root != j:
+                        parent[root] = j
+            last[c.phase.links] = j
+        roots = [find(j) for j in range(len(keep))]
+        used = last[comp.links]
+        last[comp.links] = -1
+        if len(set(roots)) == 1:
+            self._new_component(keep, comp.links[used >= 0])
+            return
+        link_root = np.asarray(roots, dtype=np.int64)[used]
+        link_root[used < 0] = -1
+        groups: dict[int, list[_Coflow]] = {}
+        for c, r in zip(keep, roots, strict=True):
+            groups.setdefault(r, []).append(c)
+        for r, part in groups.items():  # dict order: by first member
+            self._new_component(part, comp.links[link_root == r])
+
+    # --------------------------------------------------------------- sharing
+    def _mark_dirty(self, comp: _Component) -> None:
+        comp.version += 1
+        comp.solved = False
+        self.dirty[comp.cid] = comp
+        if not self.reprice_pending:
+            self.reprice_pending = True
+            self._after(0, self._reprice, LATE, tag=("reprice",))
 
     def _reprice(self) -> None:
         self.reprice_pending = False
-        self._advance_progress()
-        if not self.active:
-            return
-        self.active.sort(key=lambda c: id(c.phase))
-        key = tuple(id(c.phase) for c in self.active)
+        dirty, self.dirty = self.dirty, {}
+        for comp in dirty.values():
+            self._solve_component(comp)
+
+    def _solve_component(self, comp: _Component) -> None:
+        self._progress(comp)
+        comp.members.sort(key=_pattern_order)
+        key = tuple(id(c.phase) for c in comp.members)
         rates = self._rate_cache.get(key)
         if rates is None:
-            rates = self._solve()
+            rates = self._solve(comp.members)
             self._rate_cache[key] = rates
         else:
             self.stats.rate_cache_hits += 1
         self.stats.reprices += 1
+        comp.solved = True
         next_dt: float = math.inf
-        for c, r in zip(self.active, rates.tolist(), strict=True):
+        for c, r in zip(comp.members, rates.tolist(), strict=True):
             c.rate = r
             if r > 0:
                 next_dt = min(next_dt, c.remaining / r)
         if next_dt is math.inf:
             return
         dt_ps = max(0, math.ceil(next_dt * PS_PER_S - 1e-6))
-        version = self.version
-        self._after(dt_ps, lambda: self._check(version))
+        version = comp.version
+        self._after(dt_ps, lambda: self._check(comp, version), tag=("check", comp, version))
 
-    def _solve(self) -> np.ndarray:
+    def _solve(self, members: list[_Coflow]) -> np.ndarray:
         # adaptive-routed phases choose their minimal share by load (network/adaptive.py)
-        return solve_shares([c.phase for c in self.active], self.capacity)
+        return solve_shares([c.phase for c in members], self.capacity)
 
     @staticmethod
     def _finished(c: _Coflow) -> bool:
@@ -255,20 +529,67 @@ class ContentionNetwork:
             return True
         return c.rate > 0 and c.remaining / c.rate * PS_PER_S < 0.5
 
-    def _check(self, version: int) -> None:
-        if version != self.version:
+    def _check(self, comp: _Component, version: int) -> None:
+        if not self.live_check(comp, version):
             return
-        self._advance_progress()
-        finished = [self._finished(c) for c in self.active]
-        done = [c for c, f in zip(self.active, finished, strict=True) if f]
+        self._progress(comp)
+        done = [c for c in comp.members if self._finished(c)]
         if not done:
-            self._mark_dirty()
+            self._mark_dirty(comp)
             return
-        self.active = [c for c, f in zip(self.active, finished, strict=True) if not f]
-        self._mark_dirty()
+        keep = [c for c in comp.members if not self._finished(c)]
+        if comp is not self.whole:
+            self._split(comp, keep)
+        elif keep:
+            comp.members = keep
+            self._mark_dirty(comp)
+        else:  # idle: back to components
+            self._drop(comp)
+            self.owner[comp.links] = -1
+            self.whole = None
         for c in done:
             self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes)
             self._start_phase(c.act, c.bundle, c.plan, c.index + 1)
+
+    # ------------------------------------------------------- state comparison
+    def state(self, now: int) -> tuple[object, ...]:
+        """The runtime's own state relative to `now`: components in creation order with
+        their members (activations as themselves; the prover maps them)."""
+        return (
+            self.reprice_pending,
+            tuple(
+                (
+                    comp is self.whole,
+                    comp.last_ps - now,
+                    comp.solved,
+                    comp.cid in self.dirty,
+                    tuple(
+                        (c.act, c.bundle, c.index, c.remaining, c.initial, c.rate)
+                        for c in comp.members
+                    ),
+                )
+                for comp in self.comps.values()
+            ),
+        )
+
+    def live_check(self, comp: object, version: object) -> bool:
+        """Whether a scheduled ('check', component, version) event will do anything."""
+        assert isinstance(comp, _Component)
+        return self.comps.get(comp.cid) is comp and comp.version == version
+
+    def check_position(self, comp: object) -> int:
+        """Where a component stands among the live ones (for state comparison)."""
+        assert isinstance(comp, _Component)
+        return list(self.comps).index(comp.cid)
+
+    def shift(self, delta_ps: int) -> None:
+        """Move the runtime's own clock values `delta_ps` later."""
+        for comp in self.comps.values():
+            comp.last_ps += delta_ps
+
+
+def _pattern_order(c: _Coflow) -> tuple[int, int]:
+    return id(c.phase), c.seq
 
 
 def build_network(

@@ -1,4 +1,11 @@
-"""Materialise a simulated rank's Timeline records from compiled arrays (on demand)."""
+"""Materialise a simulated rank's Timeline records from the engine's arrays (on demand).
+
+Records follow the program text when the text lists every op (copies the engine skipped
+are filled in from the copies it simulated, shifted by whole periods: the periodic proof
+makes them exact). A program whose text stands for more copies than it holds
+(`Segment.repeat`) keeps the records the engine simulated, in the order it unrolled
+them; the `warps` metadata says which records stand for the skipped copies.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +14,14 @@ from array import array
 import numpy as np
 
 from simulator.engine.compiled import PS_PER_S, CompiledProgram
+from simulator.engine.ranks import Warp
+from simulator.engine.unroll import Unrolled
 from simulator.outputs.timeline import RankTimeline
 from workloads.ops import CollectiveOp, ComputeOp, RecvOp, SendOp
 
 
-def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
-    ops = prog.program.ops
+def _text_columns(cp: CompiledProgram) -> dict[str, np.ndarray]:
+    ops = cp.program.ops
     n = len(ops)
     names = np.empty(n, dtype=object)
     kinds = np.empty(n, dtype=object)
@@ -29,7 +38,7 @@ def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
             groups[i] = ""
             nbytes[i] = op.bytes
             flops[i] = op.flops
-            launch[i] = prog.launch_ps / PS_PER_S
+            launch[i] = cp.launch_ps / PS_PER_S
         elif isinstance(op, CollectiveOp):
             kinds[i] = op.kind.value
             groups[i] = op.group
@@ -41,12 +50,12 @@ def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
         else:
             kinds[i] = "wait"
             groups[i] = ""
-    streams = np.array(prog.stream_names, dtype=object)[np.asarray(prog.stream, dtype=np.int64)]
+    streams = np.array(cp.stream_names, dtype=object)[np.asarray(cp.stream, dtype=np.int64)]
     stretch = (
-        np.asarray(prog.stretch_ps, dtype=np.float64) / PS_PER_S if prog.stretch_ps else np.zeros(n)
+        np.asarray(cp.stretch_ps, dtype=np.float64) / PS_PER_S if cp.stretch_ps else np.zeros(n)
     )
     return {
-        "issue_s": np.asarray(prog.issue_ps, dtype=np.float64) / PS_PER_S,
+        "issue_s": np.asarray(cp.issue_ps, dtype=np.float64) / PS_PER_S,
         "launch_s": launch,
         "interference_s": stretch,
         "name": names,
@@ -59,22 +68,86 @@ def _program_columns(prog: CompiledProgram) -> dict[str, np.ndarray]:
     }
 
 
+def program_columns(prog: Unrolled, cache: dict[int, object]) -> dict[str, np.ndarray]:
+    """Per-record columns of a program's records (shared by its ranks, cached)."""
+    key = id(prog)
+    got = cache.get(key)
+    if got is None:
+        text = cache.get(id(prog.cp))
+        if text is None:
+            text = _text_columns(prog.cp)
+            cache[id(prog.cp)] = text
+        assert isinstance(text, dict)
+        if prog.src is None or not prog.program.compressed:
+            got = text
+        else:
+            idx = np.asarray(prog.src, dtype=np.int64)
+            got = {k: v[idx] for k, v in text.items()}
+        cache[key] = got
+    assert isinstance(got, dict)
+    return got
+
+
+def text_times(
+    prog: Unrolled, start: array, end: array, sync: dict[int, int], warps: list[Warp]
+) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
+    """Start, end and sync times in text order for a program whose text lists every op:
+    unrolled records go to their text index, skipped copies are shifted copies."""
+    st = np.frombuffer(start, dtype=np.int64)
+    en = np.frombuffer(end, dtype=np.int64)
+    if prog.src is None:
+        return st, en, sync
+    assert prog.text_index is not None
+    real = np.asarray(prog.text_index, dtype=np.int64)
+    unrolled = np.arange(real.shape[0])
+    for w in warps:
+        run = prog.run_at(w.lo2)
+        assert run is not None
+        moved = (unrolled >= w.lo2) & (unrolled < run.unrolled_stop)
+        real[moved] += w.periods * (w.lo2 - w.lo1)
+    n = prog.cp.num_ops
+    out_st = np.full(n, -1, dtype=np.int64)
+    out_en = np.full(n, -1, dtype=np.int64)
+    out_st[real] = st
+    out_en[real] = en
+    out_sync = {int(real[i]): v for i, v in sync.items()}
+    for w in warps:
+        block = np.arange(w.lo1, w.lo2)
+        width = w.lo2 - w.lo1
+        for j in range(1, w.periods + 1):
+            shift = j * w.period_ps
+            out_st[real[block] + j * width] = np.where(st[block] >= 0, st[block] + shift, -1)
+            out_en[real[block] + j * width] = np.where(en[block] >= 0, en[block] + shift, -1)
+            for i in range(w.lo1, w.lo2):
+                v = sync.get(i)
+                if v is not None:
+                    out_sync[int(real[i]) + j * width] = v + shift
+    return out_st, out_en, out_sync
+
+
+def record_issue(prog: Unrolled, warps: list[Warp]) -> np.ndarray:
+    """Host issue times (picoseconds) of a compressed program's records, in unrolled
+    order: what the engine read, plus what skipped copies added to the records after
+    them (every record from a skip's lo2 on was issued after the skipped copies)."""
+    issue = np.asarray(prog.issue, dtype=np.int64).copy()
+    for w in warps:
+        issue[w.lo2 :] += w.host_ps
+    return issue
+
+
 def rank_timeline(
     rank: int,
-    prog: CompiledProgram,
-    start: array,
-    end: array,
+    cols: dict[str, np.ndarray],
+    start: np.ndarray,
+    end: np.ndarray,
     sync: dict[int, int],
-    cache: dict[int, object],
+    issue_ps: np.ndarray | None = None,
 ) -> RankTimeline:
-    """The RankTimeline of one simulated rank (program columns are shared and cached)."""
-    cols = cache.get(id(prog))
-    if cols is None:
-        cols = _program_columns(prog)
-        cache[id(prog)] = cols
-    assert isinstance(cols, dict)
-    st = np.frombuffer(start, dtype=np.int64).astype(np.float64) / PS_PER_S
-    en = np.frombuffer(end, dtype=np.int64).astype(np.float64) / PS_PER_S
+    """The RankTimeline of one simulated rank from its times (integer picoseconds);
+    `issue_ps` replaces the program's host issue times where records are not in text
+    order (see `record_issue`)."""
+    st = start.astype(np.float64) / PS_PER_S
+    en = end.astype(np.float64) / PS_PER_S
     sync_s = st.copy()
     if sync:
         idx = np.fromiter(sync.keys(), dtype=np.int64, count=len(sync))
@@ -94,5 +167,5 @@ def rank_timeline(
         sync_start_s=sync_s,
         launch_s=cols["launch_s"],
         interference_s=cols["interference_s"],
-        issue_s=cols["issue_s"],
+        issue_s=cols["issue_s"] if issue_ps is None else issue_ps.astype(np.float64) / PS_PER_S,
     )

@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import permutations
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from simulator.cost.calibration import Calibration
 from simulator.errors import CostModelError
 from simulator.network.adaptive import SplitUsage, best_split
 from simulator.network.adaptive import solve as solve_shares
@@ -36,6 +35,9 @@ from simulator.network.schedules import (
 )
 from topologies.types import Topology
 from workloads.ops import CollectiveKind, bus_factor
+
+if TYPE_CHECKING:  # type only: the calibration models (pydantic) load when a file is read
+    from simulator.cost.calibration import Calibration
 
 MAX_RING_SEARCH = 8  # brute-force the best intra-node ring up to this many GPUs
 BIND_CHUNK_FLOWS = 1 << 15

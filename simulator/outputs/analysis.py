@@ -18,12 +18,18 @@ Definitions for one rank:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS
+from simulator.engine.compiled import PS_PER_S
 from simulator.outputs.timeline import RankTimeline
+
+if TYPE_CHECKING:
+    from simulator.engine.ranks import Warp
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,8 +139,20 @@ def host_bound(tl: RankTimeline) -> float:
     """Seconds the rank had nothing in flight because the host had not issued the next op:
     the idle time before an op (kernel or collective) that started the moment the host
     issued it, outside any compute or communication interval (a launch-bound step)."""
-    if tl.issue_s is None or len(tl) == 0:
+    got = _host_waits(tl)
+    if got is None:
         return 0.0
+    wait, busy = got
+    return float((wait[1] - wait[0]).sum()) - intersection_length(wait, busy)
+
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+
+def _host_waits(tl: RankTimeline) -> tuple[Intervals, Intervals] | None:
+    """(host waits, busy intervals), both disjoint and sorted; None without issue times."""
+    if tl.issue_s is None or len(tl) == 0:
+        return None
     busy_mask = tl.mask_compute() | tl.mask_comm()
     waits_s: list[np.ndarray] = []
     waits_e: list[np.ndarray] = []
@@ -147,23 +165,88 @@ def host_bound(tl: RankTimeline) -> float:
         waits_s.append(prev_end[waited])
         waits_e.append(start[waited])
     if not waits_s:
-        return 0.0
+        return None
     wait = union(np.concatenate(waits_s), np.concatenate(waits_e))
     busy = union(tl.start_s[busy_mask], tl.end_s[busy_mask])
+    return wait, busy
+
+
+def _host_bound_within(tl: RankTimeline, t1: float, t2: float) -> float:
+    """The part of `host_bound(tl)` that falls in [t1, t2) (waits are decided on the whole
+    timeline: a wait can start before t1)."""
+    got = _host_waits(tl)
+    if got is None:
+        return 0.0
+    wait, busy = (_clip(x, t1, t2) for x in got)
     return float((wait[1] - wait[0]).sum()) - intersection_length(wait, busy)
 
 
-def with_virtual_copies(
-    tl: RankTimeline, bd: RankBreakdown, copies: list[tuple[int, int, int]]
-) -> RankBreakdown:
-    """Add the contribution of repeated segments that were proven identical and not put in
-    the timeline: records [first, stop) stand for `extra` more copies each."""
-    for first, stop, extra in copies:
-        mask = np.zeros(len(tl), dtype=bool)
-        mask[first:stop] = True
-        part = breakdown(tl.select(mask))
-        bd = _add(bd, part, extra)
-    return bd
+def _clip(x: Intervals, t1: float, t2: float) -> Intervals:
+    return np.clip(x[0], t1, t2), np.clip(x[1], t1, t2)
+
+
+def with_skipped_periods(tl: RankTimeline, warps: Sequence[Warp]) -> RankBreakdown:
+    """The breakdown of a rank whose records stand for skipped periods (the engine's
+    `warps` metadata, simulator/engine/ranks.py `Warp`), as if every copy were there.
+
+    Every quantity here is an integral over time of what is running at each instant, or a
+    sum over records of their own time, and the skipped periods repeat the compared period
+    [t1, t2) exactly, so: undo the skips (records from lo2 on move back, in time and in
+    host issue time), take the breakdown, and add each compared period `periods` times,
+    clipped to its interval, on the clock it was compared on. A record cut by the clip
+    keeps the same share of its launch gap and interference stretch as of its duration
+    (its pieces in consecutive copies add up to one record); host waits are clipped after
+    they are found on the whole timeline."""
+    if not warps:
+        return breakdown(tl)
+    issue0 = tl.issue_s if tl.issue_s is not None else np.zeros(len(tl))
+    frames = [(tl.start_s.copy(), tl.end_s.copy(), issue0.copy())]
+    index = np.arange(len(tl))
+    for w in reversed(warps):  # frame k-1 = frame k with skip k undone
+        st, en, iss = frames[0]
+        back = w.periods * w.period_ps / PS_PER_S
+        moved = index >= w.lo2
+        frames.insert(
+            0,
+            (
+                np.where(moved, st - back, st),
+                np.where(moved, en - back, en),
+                np.where(moved, iss - w.host_ps / PS_PER_S, iss),
+            ),
+        )
+    keep_issue = tl.issue_s is not None
+    bd = breakdown(_with_times(tl, *frames[0], keep_issue))
+    for w, (st, en, iss) in zip(warps, frames[:-1], strict=True):
+        t1, t2 = w.t1 / PS_PER_S, w.t2 / PS_PER_S
+        cs, ce = np.clip(st, t1, t2), np.clip(en, t1, t2)
+        keep = (en > t1) & (st < t2)
+        dur = en - st
+        share = np.divide(ce - cs, dur, out=np.ones_like(dur), where=dur > 0)
+        clipped = replace(
+            _with_times(tl, cs, ce, iss, keep_issue),
+            launch_s=None if tl.launch_s is None else tl.launch_s * share,
+            interference_s=None if tl.interference_s is None else tl.interference_s * share,
+        )
+        part = breakdown(clipped.select(keep))
+        host = _host_bound_within(_with_times(tl, st, en, iss, keep_issue), t1, t2)
+        part = replace(part, span_s=t2 - t1, host_bound_s=host)
+        bd = _add(bd, part, w.periods)
+    return replace(bd, span_s=float(tl.end_s.max(initial=0.0) - tl.start_s.min(initial=0.0)))
+
+
+def record_weights(length: int, warps: Sequence[Warp]) -> np.ndarray:
+    """How many ops of the iteration each record stands for (1, or more for the records
+    of a compared period)."""
+    w = np.ones(length)
+    for warp in warps:
+        w[warp.lo1 : warp.lo2] += warp.periods
+    return w
+
+
+def _with_times(
+    tl: RankTimeline, start: np.ndarray, end: np.ndarray, issue: np.ndarray, keep_issue: bool
+) -> RankTimeline:
+    return replace(tl, start_s=start, end_s=end, issue_s=issue if keep_issue else None)
 
 
 def _add(a: RankBreakdown, b: RankBreakdown, k: float) -> RankBreakdown:

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,9 +14,11 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from simulator.engine.core import ProgressFn
-from simulator.outputs.report import Report
 from simulator.units import format_bytes, format_seconds
+
+if TYPE_CHECKING:  # annotations only: `axsim collective` renders without the engine
+    from simulator.engine.core import ProgressFn
+    from simulator.outputs.report import Report
 
 PIPED_WIDTH = 160
 COMPUTE_LABELS = {

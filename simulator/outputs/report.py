@@ -37,7 +37,8 @@ import numpy as np
 
 from simulator.config import ModelConfig
 from simulator.engine.core import EngineResult
-from simulator.outputs.analysis import breakdown, with_virtual_copies
+from simulator.engine.ranks import Warp
+from simulator.outputs.analysis import with_skipped_periods
 from simulator.outputs.timeline import Timeline
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
@@ -192,13 +193,17 @@ def busiest_links(
     return out
 
 
+def rank_warps(tl: Timeline, rank: int) -> list[Warp]:
+    """The skipped periods a rank's records stand for (the engine lists them per simulated
+    rank in the timeline's `warps` metadata; other ranks read their representative's)."""
+    warps = cast("dict[int, list[Warp]]", tl.metadata.get("warps", {}))
+    rep = rank if tl.representative is None else int(tl.representative[rank])
+    return list(warps.get(rep, []))
+
+
 def stage_rows(tl: Timeline, stages: Sequence[StagePlan], span_s: float) -> list[StageRow]:
     """Per-stage rows from each stage's first rank ('pp' send/recv waits are the pipeline's)."""
-    copies = list(cast("list[tuple[int, int, int]]", tl.metadata.get("virtual_copies", [])))
-    parts = []
-    for st in stages:
-        rank_tl = tl.rank(st.rank)
-        parts.append(with_virtual_copies(rank_tl, breakdown(rank_tl), copies))
+    parts = [with_skipped_periods(tl.rank(st.rank), rank_warps(tl, st.rank)) for st in stages]
     busiest = max((bd.compute_s for bd in parts), default=0.0)
     rows = []
     for st, bd in zip(stages, parts, strict=True):
@@ -243,12 +248,7 @@ def build_report(
     tl = result.timeline
     critical = max(tl.ranks, key=lambda r: float(tl.rank(r).end_s.max(initial=0.0)))
     rank_tl = tl.rank(critical)
-    bd = with_virtual_copies(
-        rank_tl,
-        breakdown(rank_tl),
-        # the engine records (first, stop, extra) triples here (Engine._result)
-        list(cast("list[tuple[int, int, int]]", tl.metadata.get("virtual_copies", []))),
-    )
+    bd = with_skipped_periods(rank_tl, rank_warps(tl, critical))
     t = result.iteration_time_s
     gpus = tl.world_size
     by_group = dict.fromkeys(CONTRACT_GROUPS, 0.0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from workloads.builder import microbatch_copies
 from workloads.graph import Program
 from workloads.hybrid.program import StageEmitter
-from workloads.hybrid.schedule import schedule
+from workloads.hybrid.schedule import Pass, schedule, steady_units
 from workloads.hybrid.setup import HybridSetup
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
@@ -105,24 +105,86 @@ def build_stage_program(spec: TransformerSpec, setup: HybridSetup, stage: int) -
     emitted = setup.microbatches if setup.pp > 1 else len(copies)
     e.last_index = emitted - 1
     passes = schedule(setup.pp, emitted, setup.virtual_stages, stage)
-    key = "microbatch" if setup.pp == 1 else "1f1b"
-    i = 0
-    pair = 0
-    while i < len(passes):
-        ps = passes[i]
-        paired = ps.steady and i + 1 < len(passes) and passes[i + 1].steady
-        if paired:
-            e.b.begin_segment(key, copies[pair] if setup.pp == 1 and pair < len(copies) else 1)
-            pair += 1
-            e.forward_pass(ps)
-            e.backward_pass(passes[i + 1])
-            e.b.end_segment()
-            i += 2
-            continue
+    if setup.pp == 1:
+        _emit_microbatches(e, passes, copies)
+    else:
+        _emit_pipeline(e, passes, setup)
+    finish_iteration(e)
+    return e.b.build()
+
+
+def _emit_passes(e: StageEmitter, passes: list[Pass]) -> None:
+    for ps in passes:
         if ps.kind == "F":
             e.forward_pass(ps)
         else:
             e.backward_pass(ps)
-        i += 1
-    finish_iteration(e)
-    return e.b.build()
+
+
+def _emit_microbatches(e: StageEmitter, passes: list[Pass], copies: list[int]) -> None:
+    """No pipeline: each forward+backward pair is one microbatch segment."""
+    for pair, i in enumerate(range(0, len(passes), 2)):
+        e.b.begin_segment("microbatch", copies[pair] if pair < len(copies) else 1)
+        _emit_passes(e, passes[i : i + 2])
+        e.b.end_segment()
+
+
+def _pipeline_items(
+    passes: list[Pass], setup: HybridSetup, last_index: int
+) -> list[tuple[tuple[int, int], str, bool]]:
+    """(pass range, segment key, regular) of each warm-up pass, steady unit and cool-down
+    pass. Regular items are like their neighbours of the same key: everything but a
+    backward of the last microbatch (whose gradients are reduced) or a short last unit."""
+    units = steady_units(passes, setup.pp, setup.virtual_stages)
+
+    def regular(a: int, b: int) -> bool:
+        return all(ps.kind == "F" or ps.mb != last_index for ps in passes[a:b])
+
+    def single(i: int) -> tuple[tuple[int, int], str, bool]:
+        ps = passes[i]
+        return ((i, i + 1), f"{ps.kind}{ps.chunk}", regular(i, i + 1))
+
+    first = units[0][0] if units else len(passes)
+    items = [single(i) for i in range(first)]
+    width = units[0][1] - units[0][0] if units else 0
+    items += [((a, b), "1f1b", b - a == width and regular(a, b)) for a, b in units]
+    items += [single(i) for i in range(units[-1][1] if units else len(passes), len(passes))]
+    return items
+
+
+def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> None:
+    """Warm-up passes, steady units, cool-down passes, each a segment. Compressed: once an
+    item repeats the one before it, one item stands for the following regular ones of its
+    kind (Segment.repeat), so a stage's program holds its distinct work only."""
+    items = _pipeline_items(passes, setup, e.last_index)
+    prev: tuple[int, int, str] | None = None  # (first op, length, key) of the last item
+    k = 0
+    while k < len(items):
+        (a, b), key, regular = items[k]
+        start = len(e.b.ops)
+        e.b.begin_segment(key)
+        _emit_passes(e, passes[a:b])
+        e.b.end_segment()
+        here = (start, len(e.b.ops) - start, key)
+        k += 1
+        if not regular:
+            prev = None
+            continue
+        if (
+            setup.compress_microbatches
+            and prev is not None
+            and prev[1:] == here[1:]
+            and e.b.repeats(prev[0], here[0], here[1])
+        ):
+            stop = k
+            while stop < len(items) and items[stop][2] and items[stop][1] == key:
+                stop += 1
+            if stop > k:
+                (a, b), _, _ = items[k]
+                e.b.begin_segment(key, stop - k)
+                _emit_passes(e, passes[a:b])
+                e.b.end_segment()
+                k = stop
+            prev = None
+            continue
+        prev = here

@@ -8,7 +8,9 @@ microbatches advance in groups of p through the chunks, warm-up is
 (p - s - 1)·2 + (v - 1)·p forwards (all of them when m = p), then 1F1B, then cool-down.
 
 A schedule is a list of `Pass` per stage; the steady-state (forward, backward) pairs are
-marked so generators can declare them as repeated segments.
+marked so generators can declare them as repeated segments. `steady_units` cuts the
+steady phase into the units that repeat: one pair for 1F1B, p·v pairs for the
+interleaved schedule (pair k + p·v runs the same chunks as pair k, microbatches p later).
 """
 
 from __future__ import annotations
@@ -80,6 +82,17 @@ def schedule(p: int, m: int, v: int, stage: int) -> list[Pass]:
     if v == 1:
         return one_f_one_b(p, m, stage)
     return interleaved(p, m, v, stage)
+
+
+def steady_units(passes: list[Pass], p: int, v: int) -> list[tuple[int, int]]:
+    """Pass index ranges [a, b) of the steady phase's repeating units, in order (the last
+    one may be shorter)."""
+    steady = [i for i, ps in enumerate(passes) if ps.steady]
+    if not steady:
+        return []
+    first, stop = steady[0], steady[-1] + 1
+    width = 2 * (p * v if v > 1 else 1)
+    return [(a, min(a + width, stop)) for a in range(first, stop, width)]
 
 
 def in_flight(p: int, m: int, v: int, stage: int) -> int:

@@ -1,0 +1,203 @@
+"""The simulator at the cost of its distinct work (issue 22): pipelines, symmetric setup,
+full mode and start-up, in CPU seconds and raw-simpy-event equivalents.
+
+`python bench/distinct_work.py [--only TEXT] [--tree DIR ...] [--repeat N] [--out FILE]`
+
+Each case runs `simulate()` in a fresh process (so its peak RSS is its own) and reports
+the CPU seconds of the call, its wall time, peak RSS, ops simulated / represented and
+the iteration time. In the same run a bare simpy loop measures this machine's raw event
+rate in CPU time; a case's cost in *raw-simpy-event equivalents* is its CPU seconds x
+that rate (the issue's unit: it divides out how fast the machine is). `--tree` runs every
+case once per source tree, alternating (A/B on a shared, noisy machine): e.g. `--tree
+/work/main --tree .` compares main with this checkout in one session. The start-up case
+is the CPU time of `python -m simulator --version`.
+
+Cases and their sources:
+- Megatron 175B (GPT-3: 96 layers, hidden 12,288, 96 heads; Brown et al. 2020 Table 2.1)
+  on 64 DGX A100 GPUs, TP 8 / PP 8 with 3 virtual stages (the interleaved schedule of
+  Narayanan et al. 2021), 512 sequences of 2,048 tokens, one per microbatch (the batch is
+  this benchmark's choice: it gives 512 microbatches to one pipeline);
+- Megatron 1T (Narayanan et al. 2021 Table 1, 1,008B row: 128 layers, hidden 25,600, 160
+  heads, TP 8, PP 64, 3,072 GPUs, batch 3,072) — 512 microbatches per pipeline;
+- AxoNN GPT-320B on 32,768 Frontier GCDs, symmetric (grid 8 x 1 x 16 x 256, as
+  simulator/benchmarks/scaling.py), and on 1,024 / 16,384 GCDs (same X, Y, Z; data 8 / 128);
+- GPT-640B on 131,072 DGX H100 GPUs (grid 8 x 2 x 16 x 512: simulator/benchmarks/scaling.py's
+  65,536-GPU case with twice the data parallelism);
+- full mode GPT-80B on 1,024 Perlmutter GPUs (grid 4 x 4 x 4 x 16, as simulator/benchmarks/scaling.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _axonn(machine: str, gpus: int, model: str, grid: str, mode: str = "symmetric") -> list[str]:
+    x, y, z, d = grid.split(",")
+    return [
+        f"cluster.machine={machine}",
+        f"cluster.gpus={gpus}",
+        "cluster.nodes=null",
+        f"model.name={model}",
+        f"parallel.grid={{x: {x}, y: {y}, z: {z}, data: {d}}}",
+        f"engine.mode={mode}",
+    ]
+
+
+def _megatron(
+    gpus: int, layers: int, hidden: int, heads: int, pp: int, v: int, seqs: int
+) -> list[str]:
+    return [
+        "cluster.machine=dgx-a100",
+        f"cluster.gpus={gpus}",
+        "cluster.nodes=null",
+        "model.name=gpt-80b",
+        f"model.layers={layers}",
+        f"model.hidden={hidden}",
+        f"model.heads={heads}",
+        "parallel.strategy=megatron",
+        "parallel.tp=8",
+        f"parallel.pp={pp}",
+        f"parallel.virtual_stages={v}",
+        f"training.batch_tokens={seqs * 2048}",
+        "training.microbatch_sequences=1",
+    ]
+
+
+CASES: dict[str, list[str]] = {
+    "Megatron 175B, 64 A100, TP 8 / PP 8, interleave 3": _megatron(64, 96, 12288, 96, 8, 3, 512),
+    "Megatron 1T, 3,072 A100, TP 8 / PP 64 / DP 6": _megatron(3072, 128, 25600, 160, 64, 1, 3072),
+    "AxoNN GPT-320B, 32,768 Frontier GCDs, symmetric": _axonn(
+        "frontier", 32768, "gpt-320b", "8,1,16,256"
+    ),
+    "GPT-640B, 131,072 DGX H100 GPUs, symmetric": _axonn(
+        "dgx-h100", 131072, "gpt-640b", "8,2,16,512"
+    ),
+    "AxoNN GPT-320B, 1,024 Frontier GCDs": _axonn("frontier", 1024, "gpt-320b", "8,1,16,8", "auto"),
+    "AxoNN GPT-320B, 16,384 Frontier GCDs": _axonn(
+        "frontier", 16384, "gpt-320b", "8,1,16,128", "auto"
+    ),
+    "Full mode GPT-80B, 1,024 Perlmutter GPUs": _axonn(
+        "perlmutter", 1024, "gpt-80b", "4,4,4,16", "full"
+    ),
+}
+
+CHILD = """
+import json, resource, sys, time
+from simulator.api import simulate
+from simulator.config import load_config
+cfg = load_config(None, json.loads(sys.argv[1]))
+c0, w0 = time.process_time(), time.perf_counter()
+r = simulate(cfg)
+cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+e = r.engine
+print(json.dumps({
+    "cpu_s": cpu, "wall_s": wall,
+    "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "iteration_time_s": r.report.iteration_time_s,
+    "ops_simulated": e.ops_processed, "ops_represented": e.ops_represented,
+    "events": e.events, "setup_s": e.setup_time_s, "mode": e.mode,
+    "skipped": e.skipped_segments,
+}))
+"""
+
+
+def raw_simpy_cpu_rate(events: int = 400_000) -> float:
+    """Events per CPU-second of a bare simpy loop (100 processes yielding timeouts)."""
+    import simpy
+
+    env = simpy.Environment()
+    per = max(events // 100, 1)
+
+    def proc(env: simpy.Environment):
+        for _ in range(per):
+            yield env.timeout(1)
+
+    for _ in range(100):
+        env.process(proc(env))
+    t0 = time.process_time()
+    env.run()
+    return per * 100 / (time.process_time() - t0)
+
+
+def _env(tree: Path) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+
+
+def run_case(tree: Path, overrides: list[str], timeout_s: float) -> dict[str, object]:
+    """One case in a fresh interpreter importing the simulator from `tree`."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, json.dumps(overrides)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=_env(tree),
+            check=False,
+            cwd=tree,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
+        return {"error": tail[0]}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def startup_cpu_s(tree: Path) -> float:
+    """CPU seconds of `python -m simulator --version` (interpreter start included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        [sys.executable, "-m", "simulator", "--version"],
+        capture_output=True,
+        env=_env(tree),
+        check=True,
+        cwd=tree,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=None, help="cases whose name contains this text")
+    ap.add_argument("--tree", action="append", default=None, help="source tree (repeatable)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of the alternation")
+    ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument("--out", default="distinct-work.json")
+    args = ap.parse_args()
+    trees = [Path(t).resolve() for t in (args.tree or [str(ROOT)])]
+    cases = {n: o for n, o in CASES.items() if args.only is None or args.only.lower() in n.lower()}
+    rows: list[dict[str, object]] = []
+    for rnd in range(args.repeat):
+        for tree in trees:
+            rate = raw_simpy_cpu_rate()
+            cpu = startup_cpu_s(tree)
+            row: dict[str, object] = {"round": rnd, "tree": str(tree), "case": "axsim --version"}
+            row.update({"cpu_s": cpu, "raw_rate": rate, "equivalents_M": cpu * rate / 1e6})
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        for name, overrides in cases.items():
+            for tree in trees:  # alternate the trees case by case
+                rate = raw_simpy_cpu_rate()
+                row = {"round": rnd, "tree": str(tree), "case": name, "raw_rate": rate}
+                row.update(run_case(tree, overrides, args.timeout))
+                if "cpu_s" in row:
+                    row["equivalents_M"] = float(row["cpu_s"]) * rate / 1e6  # type: ignore[arg-type]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    Path(args.out).write_text(json.dumps(rows, indent=2))
+    print(f"written {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

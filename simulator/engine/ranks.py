@@ -1,0 +1,59 @@
+"""What the engine holds per simulated rank while it runs, and the skips it records.
+
+Why a module of its own: the engine (core.py), the periodic prover (periodic.py) and the
+timeline builder all read these; kept below them, none imports another upward.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+from simulator.engine.unroll import OrdinalKey, Unrolled
+
+
+@dataclass(frozen=True)
+class Warp:
+    """Skipped periods of one rank: records [lo1, lo2) (unrolled indices) stand for
+    `periods` more copies, the j-th shifted by j·period_ps; records from lo2 on were moved
+    `periods`·period_ps later. [t1, t2) is the compared period on the clock before the
+    skip (picoseconds). `host_ps` is what the skipped copies added to the host issue times
+    of records from lo2 on."""
+
+    lo1: int
+    lo2: int
+    periods: int
+    period_ps: int
+    t1: int
+    t2: int
+    host_ps: int = 0
+
+
+@dataclass(eq=False)
+class RankState:
+    """A simulated rank: where each of its streams stands and when its ops ran.
+
+    `ish` and `oshift` are what the copies skipped so far add to the host issue times and
+    to the collective ordinals of the ops still to come; `warps` records the skips."""
+
+    rank: int
+    gpu: int
+    prog: Unrolled
+    start: array
+    end: array
+    pos: list[int]
+    free: list[int]
+    inflight: list[int]
+    waiters: dict[int, list[int]] = field(default_factory=dict)
+    sync: dict[int, int] = field(default_factory=dict)
+    groups: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # kc, expected, position
+    ish: int = 0
+    oshift: dict[OrdinalKey, int] = field(default_factory=dict)
+    warps: list[Warp] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Pending:
+    count: int = 0
+    ready: int = 0
+    parts: list[tuple[RankState, int, int]] = field(default_factory=list)

@@ -1,0 +1,69 @@
+"""Pipelines at the cost of their distinct work: a stage's program holds each distinct
+warm-up, steady and cool-down pass once and stands for the copies (Segment.repeat); the
+engine proves the copies periodic and skips them. The result must equal simulating the
+expanded programs op by op: iteration time, per-group and per-kind times, host-bound
+time, per-stage rows and per-link bytes (1F1B, interleaved, uneven stages)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.api import Result, simulate
+from simulator.config import load_config
+from workloads.graph import executed_ops
+
+# DGX H100 (8 GPUs): a 6-layer Llama-3 8B at 1,024 tokens, TP 2 x PP 4, 16 microbatches of
+# one sequence (32 for the interleaved schedule, whose steady unit is p·v = 8 pairs): long
+# enough for steady units to repeat, small enough for seconds.
+BASE = (
+    "cluster: {machine: dgx-h100, gpus: 8}\n"
+    "model: {name: llama3-8b, layers: LAYERS, seq_len: 1024}\n"
+    "parallel: {strategy: megatron, tp: 2, pp: 4PARALLEL}\n"
+    "training: {batch_tokens: TOKENS, microbatch_sequences: 1}\n"
+)
+CASES = {
+    "1f1b": (8, "", 16384),
+    "interleaved": (8, ", virtual_stages: 2", 32768),
+    "uneven": (6, ", account_for_embedding: true, account_for_loss: true", 16384),
+}
+
+
+def _run(tmp_path: Path, case: str, *engine: str) -> Result:
+    layers, parallel, tokens = CASES[case]
+    text = BASE.replace("LAYERS", str(layers)).replace("PARALLEL", parallel)
+    text = text.replace("TOKENS", str(tokens))
+    if engine:
+        text += "engine: {" + ", ".join(engine) + "}\n"
+    path = tmp_path / f"{case}-{len(engine)}.yaml"
+    path.write_text(text)
+    return simulate(load_config(str(path)))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compressed_pipeline_equals_every_op_simulated(tmp_path: Path, case: str) -> None:
+    fast = _run(tmp_path, case)
+    slow = _run(tmp_path, case, "virtual_microbatches: false", "steady_state: false")
+    programs = fast.plan.graph.programs
+    assert any(p.compressed for p in programs), "the case must exercise compression"
+    assert not any(p.compressed for p in slow.plan.graph.programs)
+    # the texts stand for exactly the expanded programs' ops, stage by stage
+    for a, b in zip(programs, slow.plan.graph.programs, strict=True):
+        assert [o.name for o in executed_ops(a)] == [o.name for o in b.ops]
+    assert fast.engine.ops_processed < slow.engine.ops_processed
+    rf, rs = fast.report, slow.report
+    assert rf.ops_represented == rs.ops_represented
+    assert rf.iteration_time_s == rs.iteration_time_s
+    assert rf.compute_time_s == pytest.approx(rs.compute_time_s, rel=1e-9)
+    assert rf.exposed_comm_time_s == pytest.approx(rs.exposed_comm_time_s, rel=1e-9, abs=1e-12)
+    assert rf.host_bound_s == pytest.approx(rs.host_bound_s, rel=1e-9, abs=1e-12)
+    for name in ("comm_total_by_group_s", "comm_time_by_group_s", "compute_by_kind_s"):
+        got, want = getattr(rf, name), getattr(rs, name)
+        assert got.keys() == want.keys(), name
+        for k, v in want.items():
+            assert got[k] == pytest.approx(v, rel=1e-9, abs=1e-12), (name, k)
+    for a, b in zip(rf.stages, rs.stages, strict=True):
+        assert a.compute_s == pytest.approx(b.compute_s, rel=1e-9)
+        assert a.exposed_comm_s == pytest.approx(b.exposed_comm_s, rel=1e-9, abs=1e-12)
+    assert fast.engine.link_bytes == pytest.approx(slow.engine.link_bytes, rel=1e-12)
