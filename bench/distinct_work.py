@@ -9,7 +9,7 @@ the iteration time. In the same run a bare simpy loop measures this machine's ra
 rate in CPU time; a case's cost in *raw-simpy-event equivalents* is its CPU seconds x
 that rate (the issue's unit: it divides out how fast the machine is). `--tree` runs every
 case once per source tree, alternating (A/B on a shared, noisy machine): e.g. `--tree
-/work/main --tree .` compares main with this checkout in one session. The start-up case
+../main --tree .` compares a main checkout beside this one with this checkout in one session. The start-up case
 is the CPU time of `python -m simulator --version`.
 
 Cases and their sources:
@@ -111,21 +111,10 @@ print(json.dumps({
 
 
 def raw_simpy_cpu_rate(events: int = 400_000) -> float:
-    """Events per CPU-second of a bare simpy loop (100 processes yielding timeouts)."""
-    import simpy
+    """Events per CPU-second of a bare simpy loop (the engine's reference loop)."""
+    from simulator.engine.reference import raw_simpy_rate
 
-    env = simpy.Environment()
-    per = max(events // 100, 1)
-
-    def proc(env: simpy.Environment):
-        for _ in range(per):
-            yield env.timeout(1)
-
-    for _ in range(100):
-        env.process(proc(env))
-    t0 = time.process_time()
-    env.run()
-    return per * 100 / (time.process_time() - t0)
+    return raw_simpy_rate(events, clock=time.process_time)
 
 
 def _env(tree: Path) -> dict[str, str]:

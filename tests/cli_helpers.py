@@ -1,10 +1,11 @@
-"""Shared check for bad-input tests: exit code 2 and exactly one line on stderr."""
+"""Shared CLI test helpers: the one-line error check and every command, loaded."""
 
 from __future__ import annotations
 
+import click
 import pytest
 
-from simulator.cli import main
+from simulator.cli import app, main
 
 
 def one_line_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -13,3 +14,11 @@ def one_line_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip()
     assert err.startswith("axsim: error:") and err.count("\n") == 0, err
     return err
+
+
+def all_commands() -> dict[str, click.Command]:
+    """Every `axsim` command by name, imported (the group loads commands lazily, so
+    `app.commands` alone holds only those some earlier call happened to load)."""
+    ctx = click.Context(app)
+    commands = {name: app.get_command(ctx, name) for name in app.list_commands(ctx)}
+    return {name: cmd for name, cmd in commands.items() if cmd is not None}

@@ -9,15 +9,17 @@ import json
 import click
 import pytest
 
-from simulator.cli import app, main
+from simulator.cli import main
+from tests.cli_helpers import all_commands
 
 SIMULATING = ("simulate", "search", "compare-strategies")
 
 
 def test_every_option_has_help() -> None:
+    assert {"simulate", "collective", "validate", "calibrate"} <= set(all_commands())
     missing = [
         f"{name} {'/'.join(p.opts)}"
-        for name, cmd in sorted(app.commands.items())
+        for name, cmd in sorted(all_commands().items())
         for p in cmd.params
         if isinstance(p, click.Option) and not p.help
     ]
@@ -25,7 +27,7 @@ def test_every_option_has_help() -> None:
 
 
 def test_every_out_has_the_short_form() -> None:
-    for name, cmd in app.commands.items():
+    for name, cmd in all_commands().items():
         for p in cmd.params:
             if isinstance(p, click.Option) and "--out" in p.opts:
                 assert "-o" in p.opts, name
@@ -33,7 +35,7 @@ def test_every_out_has_the_short_form() -> None:
 
 @pytest.mark.parametrize("name", SIMULATING)
 def test_simulating_commands_share_the_config_flags(name: str) -> None:
-    cmd = app.commands[name]
+    cmd = all_commands()[name]
     args = [p.name for p in cmd.params if isinstance(p, click.Argument)]
     opts = {o for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
     assert args == ["config"], name

@@ -30,9 +30,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.cli import app, main
+from simulator.cli import main
 from simulator.config import ClusterConfig, EngineConfig, ModelConfig, TrainingConfig
 from tests import calibrate_synth as synth
+from tests.cli_helpers import all_commands
 from tests.fuzz_support import fuzz_settings, physically_possible, run_cli, write_report
 from workloads.strategies import STRATEGY_NAMES, ParallelConfig
 
@@ -397,7 +398,7 @@ VERDICTS = {"compare": (3,), "simulate": (3,)}
 
 
 def test_every_command_is_fuzzed() -> None:
-    assert set(COMMANDS) == set(app.commands)
+    assert set(COMMANDS) == set(all_commands())
 
 
 @st.composite
@@ -406,7 +407,7 @@ def command_lines(draw: st.DrawFn) -> tuple[str, list[str]]:
     positional argument) with odd values."""
     name = draw(st.sampled_from(sorted(COMMANDS)))
     base, tail = COMMANDS[name]
-    cmd = app.commands[name]
+    cmd = all_commands()[name]
     options = [
         p for p in cmd.params if isinstance(p, click.Option) and not SKIP_FLAGS & set(p.opts)
     ]

@@ -52,7 +52,6 @@ from validation.case import Case, CaseResult
 from validation.figures.base import Task, task
 from validation.figures.experiments import gemm_times
 from validation.figures.runner import Progress, TaskFailed, run_tasks
-from validation.figures.weak_scaling import search_task
 from validation.published import (
     axonn_bandwidths,
     axonn_frontier,
@@ -129,6 +128,33 @@ def _frontier_cases() -> list[Case]:
     return _weak_scaling_cases("axonn_frontier", "frontier", axonn_frontier())
 
 
+def _overlap_tasks(machine: str, gpus: int, model: str, reduced: bool) -> list[Task]:
+    """The search of one point (the paper's procedure, or its best grid only when
+    reduced) and the overlap steps simulated on its grid. At the full top the search is
+    the same task as the weak-scaling point's (same arguments), so it runs once."""
+    top = REDUCED_TOP if reduced else VALIDATE_TOP
+    search = task(
+        "axonn_search",
+        label=f"search {model} on {gpus} {machine}",
+        machine=machine,
+        gpus=gpus,
+        model=model,
+        top=top,
+        batch_tokens=None,
+    )
+    overlap = task(
+        "axonn_overlap",
+        deps=[search],
+        label="overlap steps",
+        machine=machine,
+        gpus=gpus,
+        model=model,
+        top=top,
+        batch_tokens=None,
+    )
+    return [search, overlap]
+
+
 def _frontier_overlap_cases() -> list[Case]:
     """The SC'24 overlap ablation: each step's time per batch on the search's best grid."""
     data = load_yaml("axonn_frontier_overlap")
@@ -136,29 +162,7 @@ def _frontier_overlap_cases() -> list[Case]:
     cite, src = data["cite"], source("axonn_frontier_overlap")
 
     def tasks(reduced: bool) -> list[Task]:
-        top = REDUCED_TOP if reduced else VALIDATE_TOP
-        search = task(
-            "axonn_search",
-            label=f"search {model} on {gpus}",
-            machine=machine,
-            gpus=gpus,
-            model=model,
-            top=top,
-            batch_tokens=None,
-        )
-        return [
-            search,
-            task(
-                "axonn_overlap",
-                deps=[search],
-                label="overlap steps",
-                machine=machine,
-                gpus=gpus,
-                model=model,
-                top=top,
-                batch_tokens=None,
-            ),
-        ]
+        return _overlap_tasks(machine, gpus, model, reduced)
 
     def make(step: Any) -> Case:
         def value(res: list[Any]) -> tuple[float, str]:
@@ -319,29 +323,7 @@ def _overlap_case() -> Case:
     machine, gpus, model = data["assumed"]["machine"], data["assumed"]["gpus"], data["model"]
 
     def tasks(reduced: bool) -> list[Task]:
-        search = search_task(machine, gpus, model, reduced=False)
-        if reduced:
-            search = task(
-                "axonn_search",
-                machine=machine,
-                gpus=gpus,
-                model=model,
-                top=REDUCED_TOP,
-                batch_tokens=None,
-            )
-        return [
-            search,
-            task(
-                "axonn_overlap",
-                deps=[search],
-                label="overlap steps",
-                machine=machine,
-                gpus=gpus,
-                model=model,
-                top=search.kwargs["top"],
-                batch_tokens=None,
-            ),
-        ]
+        return _overlap_tasks(machine, gpus, model, reduced)
 
     def value(res: list[Any]) -> tuple[float, str]:
         steps = res[1]["steps"]

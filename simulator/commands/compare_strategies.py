@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from simulator.commands.params import NETWORK_HELP
+from simulator.commands.params import calibration_option, network_option
 from simulator.errors import ConfigError
 from simulator.outputs.versions import stamp
 from simulator.search.strategies import (
@@ -102,18 +102,8 @@ def register(app: click.Group) -> None:
         "--batch-tokens", type=int, default=None, help="Global batch in tokens (default 2^24)."
     )
     @click.option("--seq-len", type=int, default=None, help="Sequence length.")
-    @click.option(
-        "--network",
-        type=click.Choice(("alpha-beta", "contention")),
-        default=None,
-        help=NETWORK_HELP,
-    )
-    @click.option(
-        "--calibration",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Calibration file from `axsim calibrate`.",
-    )
+    @network_option()
+    @calibration_option()
     @click.option(
         "--set",
         "sets",

@@ -1,4 +1,5 @@
-"""Click parameter types shared by the commands: numbers that must be finite.
+"""Click parameter types and options shared by the commands (numbers that must be finite,
+one wording for the flags several commands take).
 
 Why: click's FLOAT and FloatRange accept "nan" and "inf" (float("nan") parses, and every
 comparison with NaN is false, so range checks pass). A NaN tolerance or multiplier then
@@ -40,3 +41,18 @@ ALGORITHM_HELP = (
 
 POSITIVE = FiniteFloat(min=0.0, min_open=True)
 NON_NEGATIVE = FiniteFloat(min=0.0)
+
+
+def network_option() -> Any:
+    """`--network`: the run's network model (default: the config's)."""
+    return click.option(
+        "--network",
+        type=click.Choice(("alpha-beta", "contention")),
+        default=None,
+        help=NETWORK_HELP,
+    )
+
+
+def calibration_option(help: str = "Calibration file from `axsim calibrate`.") -> Any:
+    """`--calibration FILE`: a calibration from `axsim calibrate`."""
+    return click.option("--calibration", type=click.Path(dir_okay=False), default=None, help=help)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from simulator.commands.params import NETWORK_HELP
+from simulator.commands.params import calibration_option, network_option
 from simulator.commands.simulate import flag_overrides, resolve_config
 from simulator.outputs.versions import stamp
 
@@ -40,18 +40,8 @@ def register(app: click.Group) -> None:
         show_default=True,
         help="Group bandwidths: axsim's collective model on the machine, or the paper's measured table.",
     )
-    @click.option(
-        "--network",
-        type=click.Choice(("alpha-beta", "contention")),
-        default=None,
-        help=NETWORK_HELP,
-    )
-    @click.option(
-        "--calibration",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Calibration file from `axsim calibrate` (for the simulated grids).",
-    )
+    @network_option()
+    @calibration_option("Calibration file from `axsim calibrate` (for the simulated grids).")
     @click.option(
         "--set",
         "sets",

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from simulator.commands.params import ENGINE_HELP, NETWORK_HELP
+from simulator.commands.params import ENGINE_HELP, calibration_option, network_option
 from simulator.config import ExperimentConfig, load_config
 from simulator.errors import ConfigError
 from workloads.axonn.params import Grid
@@ -105,18 +105,8 @@ def register(app: click.Group) -> None:
     @click.option(
         "--engine", type=click.Choice(("auto", "full", "symmetric")), default=None, help=ENGINE_HELP
     )
-    @click.option(
-        "--network",
-        type=click.Choice(("alpha-beta", "contention")),
-        default=None,
-        help=NETWORK_HELP,
-    )
-    @click.option(
-        "--calibration",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Calibration file from `axsim calibrate`.",
-    )
+    @network_option()
+    @calibration_option()
     @click.option(
         "-o",
         "--out",

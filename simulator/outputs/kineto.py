@@ -4,7 +4,7 @@ Why this shape: HTA (and Kineto itself) works on one trace file per rank, found 
 directory and keyed by `distributedInfo.rank`; `trace.json.gz` (simulator/outputs/files.py)
 holds several ranks in one file for Perfetto. Each `kineto/rank-<r>.json.gz` is what the
 PyTorch profiler writes for one rank of an eager NCCL job
-(/work/shared/reference/kineto-format.md, 2024-2026 traces):
+(the shared reference kineto-format.md, from 2024-2026 traces):
 
 - header: `schemaVersion`, `deviceProperties`, `distributedInfo` (backend, rank,
   world_size, `pg_count`, `pg_config` with every group this rank belongs to);
