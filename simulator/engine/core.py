@@ -678,11 +678,21 @@ class Engine:
         def loader(rank: int):
             return self._records(by_rank[rank], cache)
 
+        def end_of(rank: int) -> float | None:
+            """The rank's latest record end as its records would give it (end_s is the
+            end array in seconds where the text is compressed), without building them."""
+            r = by_rank[rank]
+            if not r.prog.program.compressed:
+                return None
+            en = np.frombuffer(r.end, dtype=np.int64).astype(np.float64) / PS_PER_S
+            return float(en.max(initial=0.0))
+
         timeline = Timeline(
             ranks=tuple(sorted(by_rank)),
             world_size=self.graph.world_size,
             source="simulated",
             loader=loader,
+            end_of=end_of,
             representative=self.view.representative,
             link_bytes=self.stats.link_bytes(self.topology.num_links),
             metadata={"mode": self.view.mode, "network": self.cost.network, "warps": warps},
