@@ -484,13 +484,13 @@ class Engine:
             if n < 0 or prog.complete:
                 break
             r.pos[s], r.free[s] = pos, free
-            waiting = prog.parked.get(s)
-            if waiting is not None:
+            parked = prog.parked.get(s)
+            if parked is not None:
                 # another rank of this program already waits for this stream's next ops
                 # and nothing unrolled since gave it any: unrolling again now would build
                 # copies ahead of every rank (in full mode one per rank, so every copy
                 # before the periodic prover could skip any); wait with it instead
-                waiting.append(r)
+                parked.append(r)
                 break
             if not prog.need(r, s):  # parked until ops for this stream are unrolled
                 break
