@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from simulator.engine.core import EngineResult
+from simulator.outputs.analysis import breakdown, with_skipped_periods
+from simulator.outputs.report import rank_warps
 from tests.engine_helpers import build_graph_topology, graph_of, run
 from topologies.synthetic import build_full_mesh, build_switched
 from topologies.types import Topology
@@ -111,6 +113,19 @@ def test_full_mode_skips_copies_and_equals_every_copy(topology: str, network: st
     assert packed.skipped_segments == fast.skipped_segments
     assert packed.iteration_time_s == fast.iteration_time_s
     np.testing.assert_allclose(packed.link_bytes, slow.link_bytes, rtol=1e-12)
+    # its records stand for the skipped periods: the report's per-group and per-kind
+    # times add the compared period's integrals (float sums, hence rel 1e-12)
+    for r in (0, WORLD - 1):
+        a = with_skipped_periods(packed.timeline.rank(r), rank_warps(packed.timeline, r))
+        b = breakdown(slow.timeline.rank(r))
+        for got, want in [
+            (a.comm_by_group_s, b.comm_by_group_s),
+            (a.exposed_by_group_s, b.exposed_by_group_s),
+            (a.compute_by_kind_s, b.compute_by_kind_s),
+        ]:
+            assert got.keys() == want.keys()
+            for k, v in want.items():
+                assert got[k] == pytest.approx(v, rel=1e-12, abs=1e-18)
     sym = run(g, topo, network, mode="symmetric", steady_state=True)
     assert sym.mode == "symmetric" and sym.iteration_time_s == fast.iteration_time_s
     for r in range(WORLD):
