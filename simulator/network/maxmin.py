@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.network.rows import link_index
+
 REL_TOL = 1e-12
 
 
@@ -39,7 +41,7 @@ def max_min_rates(
     if coflow.size == 0:
         rates[:] = np.inf
         return rates
-    links_u, link_idx = np.unique(link, return_inverse=True)
+    links_u, link_idx = link_index(link, capacity.shape[0])
     cap0 = capacity[links_u].astype(np.float64)
     cap = cap0.copy()
     has_links = np.zeros(num_coflows, dtype=bool)

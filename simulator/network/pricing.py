@@ -24,6 +24,7 @@ from simulator.errors import CostModelError
 from simulator.network.adaptive import SplitUsage, best_split
 from simulator.network.adaptive import solve as solve_shares
 from simulator.network.params import NetworkParams
+from simulator.network.rows import unique_rows
 from simulator.network.schedules import (
     ALGORITHMS,
     Layout,
@@ -45,6 +46,16 @@ BIND_CHUNK_FLOWS = 1 << 15
 # NCCL's tuning model (src/graph/tuning.cc): tree all-reduce algorithm bandwidth is
 # 0.92 (its model refinement) x 0.5 (each of the two trees carries half) of the bus bandwidth
 NCCL_TREE_RATIO = 0.92 * 0.5
+
+
+_Usage = tuple[np.ndarray, np.ndarray, SplitUsage | None, float, float, tuple[float, float], bool]
+"""A phase's routed usage: (links, counts, adaptive split, minimal share alone, slowest
+route rate, (node-local, inter-node) worst latencies, crosses nodes)."""
+
+
+def _array_key(a: np.ndarray | None) -> tuple[str, bytes] | None:
+    """An exact hashable key of a 1-D array (dtype and contents)."""
+    return None if a is None else (a.dtype.str, np.ascontiguousarray(a).tobytes())
 
 
 @dataclass(frozen=True, eq=False)
@@ -173,6 +184,9 @@ class CollectivePricer:
         self._cycles_cache: dict[tuple[int, ...], list[list[int]]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
+        self._classes_cache: dict[tuple[tuple[int, ...], str, bytes], dict[Layout, np.ndarray]] = {}
+        self._table_ids: dict[tuple[tuple[int, ...], str, bytes], int] = {}
+        self._usage_cache: dict[Hashable, _Usage] = {}
         # one instance's shared rate per (canonical instance, phase): many collectives
         # (layout classes, algorithms' repeated phases, groups of the same shape) repeat it
         self._alone_cache: dict[Hashable, float] = {}
@@ -206,13 +220,22 @@ class CollectivePricer:
 
     def layout_classes(self, instances: np.ndarray) -> dict[Layout, np.ndarray]:
         """Instance rows grouped by layout (vectorised: rows with the same node offsets
-        and local indices share a layout)."""
+        and local indices share a layout). Cached on the table's contents: the tuner
+        groups the same table once per candidate and per message size."""
+        if instances.shape[0] <= 1:
+            return self._layout_classes(instances)
+        ck = (instances.shape, instances.dtype.str, np.ascontiguousarray(instances).tobytes())
+        hit = self._classes_cache.get(ck)
+        if hit is None:
+            hit = self._classes_cache[ck] = self._layout_classes(instances)
+        return hit
+
+    def _layout_classes(self, instances: np.ndarray) -> dict[Layout, np.ndarray]:
         nodes = self.gpu_node[instances]
         key = np.concatenate([nodes - nodes[:, :1], self.gpu_local[instances]], axis=1)
         if (key == key[:1]).all():  # the common case: every instance laid out alike
             return {self.layout(instances[0]): np.arange(instances.shape[0])}
-        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        first, inverse = unique_rows(key)
         out: dict[Layout, list[np.ndarray]] = {}
         for cls in np.argsort(first, kind="stable").tolist():
             rows = np.flatnonzero(inverse == cls)
@@ -504,17 +527,37 @@ class CollectivePricer:
         uniq = np.flatnonzero(dense)
         return uniq, dense[uniq], None, 1.0
 
-    def _phase_usage(
-        self, instances: np.ndarray, rows: np.ndarray, ph: Phase
-    ) -> tuple[np.ndarray, np.ndarray, SplitUsage | None, float, float, tuple[float, float], bool]:
+    def _phase_usage(self, table: np.ndarray, ph: Phase) -> _Usage:
         """(links, counts, adaptive split, its share alone, slowest route rate, (near,
-        far) route latencies, crosses nodes) of one schedule phase over instance `rows`."""
-        src = instances[np.ix_(rows, ph.src)].ravel()
-        dst = instances[np.ix_(rows, ph.dst)].ravel()
-        share = None if ph.share is None else np.tile(ph.share, len(rows))
+        far) route latencies, crosses nodes) of one schedule phase over the instances of
+        `table` (rows of GPU indices)."""
+        src = table[:, ph.src].ravel()
+        dst = table[:, ph.dst].ravel()
+        share = None if ph.share is None else np.tile(ph.share, table.shape[0])
         dense, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
         uniq, counts, split, split_x = self._usage(src, dst, share, dense, inter)
         return uniq, counts, split, split_x, rate, lat, inter
+
+    def _table_id(self, table: np.ndarray) -> int:
+        """A small id per distinct instance table (its shape and GPU indices, compared in
+        full): the key under which its phases' usages are cached."""
+        key = (table.shape, table.dtype.str, table.tobytes())
+        got = self._table_ids.get(key)
+        if got is None:
+            got = self._table_ids[key] = len(self._table_ids)
+        return got
+
+    def _cached_usage(self, table: np.ndarray, table_id: int, ph: Phase) -> _Usage:
+        """`_phase_usage`, cached on what determines it: the instance table and the
+        phase's flows (positions and shares). Binding a layout class again (a symmetric
+        signature's subset of a group's instances, the run's activations of what the
+        tuner bound) or a phase with the same flows (ring all-reduce, reduce-scatter and
+        all-gather share one ring) reuses the routed usage instead of routing it again."""
+        key = (table_id, _array_key(ph.src), _array_key(ph.dst), _array_key(ph.share))
+        hit = self._usage_cache.get(key)
+        if hit is None:
+            hit = self._usage_cache[key] = self._phase_usage(table, ph)
+        return hit
 
     def _canonical(self, gpus: np.ndarray) -> np.ndarray:
         """A 1 x p table: the instance moved to start at node 0 (same node offsets and
@@ -541,7 +584,7 @@ class CollectivePricer:
         )
         hit = self._alone_cache.get(key)
         if hit is None:
-            one = self._phase_usage(canonical, np.zeros(1, dtype=np.int64), ph)
+            one = self._phase_usage(canonical, ph)
             hit = self._alone_cache[key] = self._shared_rate(one[0], one[1])
         return hit
 
@@ -550,9 +593,11 @@ class CollectivePricer:
     ) -> Bundle:
         phases: list[BoundPhase] = []
         canonical = self._canonical(instances[rows[0]])
+        table = np.ascontiguousarray(instances[rows])
+        table_id = self._table_id(table)
         for i, ph in enumerate(schedule.phases):
-            uniq, counts, split, split_x, rate, (near, far), inter = self._phase_usage(
-                instances, rows, ph
+            uniq, counts, split, split_x, rate, (near, far), inter = self._cached_usage(
+                table, table_id, ph
             )
             if not inter:
                 crossing = 0
