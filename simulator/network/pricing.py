@@ -14,8 +14,8 @@ patterns thousands of times.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
-from itertools import permutations
+from dataclasses import dataclass, field
+from itertools import count, permutations
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -58,6 +58,9 @@ def _array_key(a: np.ndarray | None) -> tuple[str, bytes] | None:
     return None if a is None else (a.dtype.str, np.ascontiguousarray(a).tobytes())
 
 
+_PHASE_SERIAL = count()
+
+
 @dataclass(frozen=True, eq=False)
 class BoundPhase:
     """One phase of a bundle on the topology.
@@ -95,6 +98,9 @@ class BoundPhase:
     # however instances are bundled: adaptive routing decides per family and a family
     # advances at one rate, as the symmetric mode's lockstep instances do
     family: Hashable = None
+    # creation order: the runtime orders a component's coflows by it, so float sums over
+    # them (link loads, per-link bytes) do not depend on where objects sit in memory
+    serial: int = field(default_factory=lambda: next(_PHASE_SERIAL))
 
 
 @dataclass(frozen=True, eq=False)

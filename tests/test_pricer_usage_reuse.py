@@ -1,0 +1,138 @@
+"""Issue 22 (symmetric setup sub-linear in GPUs): the pricer routes each distinct phase
+usage once (cached on the instance table and the phase's flows) and groups a table into
+layout classes once; np.unique's row and link-id uses have exact stand-ins. These tests
+hold the reuse to the unreused path bit for bit: iteration time, every rank's records,
+per-link bytes and the report (per-group and per-kind times, the tuner's estimates)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simulator.api import simulate
+from simulator.config import load_config
+from simulator.network.params import network_params_for
+from simulator.network.pricing import BoundPhase, CollectivePricer
+from simulator.network.rows import link_index, unique_rows
+from topologies.machines import build_machine
+from workloads.ops import CollectiveKind
+
+# a small Frontier (dragonfly, adaptive routing) whose symmetric run activates parity
+# subsets of the z and y groups: the subsets' layout classes are classes the tuner bound
+SMALL_FRONTIER = [
+    "cluster.machine=frontier",
+    "cluster.gpus=64",
+    "cluster.nodes=null",
+    "model.name=gpt-80b",
+    "parallel.grid={x: 2, y: 2, z: 4, data: 4}",
+    "engine.mode=symmetric",
+]
+VOLATILE = ("wall", "setup", "events_per", "cpu")
+
+
+def _scrub(o: object) -> object:
+    if isinstance(o, dict):
+        return {k: _scrub(v) for k, v in o.items() if not any(s in k for s in VOLATILE)}
+    if isinstance(o, list):
+        return [_scrub(v) for v in o]
+    return o
+
+
+def _outcome(reuse: bool) -> tuple[object, ...]:
+    calls = [0]
+    route = CollectivePricer._phase_usage
+
+    def counted(self: CollectivePricer, table: np.ndarray, ph: object) -> object:
+        calls[0] += 1
+        return route(self, table, ph)  # type: ignore[arg-type]
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(CollectivePricer, "_phase_usage", counted)
+    if not reuse:  # the unreused path: route every phase, group every table
+        mp.setattr(
+            CollectivePricer, "_cached_usage", lambda self, t, _i, ph: self._phase_usage(t, ph)
+        )
+        mp.setattr(CollectivePricer, "layout_classes", CollectivePricer._layout_classes)
+    try:
+        r = simulate(load_config(None, SMALL_FRONTIER))
+    finally:
+        mp.undo()
+    tl = r.engine.timeline
+    return (
+        r.engine.iteration_time_s,
+        r.engine.link_bytes.tobytes(),
+        [repr(tl.rank(k)) for k in tl.ranks],
+        json.dumps(_scrub(r.report.to_json()), sort_keys=True, default=str),
+        calls[0],
+    )
+
+
+def test_reused_usages_give_bit_identical_runs() -> None:
+    reused = _outcome(reuse=True)
+    fresh = _outcome(reuse=False)
+    assert reused[:4] == fresh[:4]
+    assert reused[4] < fresh[4]  # the reuse did skip routing (not a vacuous comparison)
+
+
+def _fields(ph: BoundPhase) -> tuple[object, ...]:
+    split = None if ph.split is None else (ph.split.minimal.tobytes(), ph.split.valiant.tobytes())
+    return (
+        ph.links.tobytes(),
+        ph.counts.tobytes(),
+        ph.rate_Bps,
+        ph.shared_rate_Bps,
+        ph.instance_rate_Bps,
+        ph.inter,
+        ph.inter_steps,
+        ph.near_s,
+        ph.far_s,
+        split,
+        ph.split_x,
+        ph.family,
+    )
+
+
+def test_a_subset_bound_after_the_whole_equals_it_bound_alone() -> None:
+    topo = build_machine("frontier", 16)  # 16 nodes of 8 GCDs
+    # 16 rail groups of 8 nodes: local index j % 8 on the nodes of half j // 8, so 8
+    # layout classes of 2 instances; the even instances hold 4 of those classes whole
+    whole = np.array(
+        [[j % 8 + 8 * (8 * (j // 8) + n) for n in range(8)] for j in range(16)], dtype=np.int64
+    )
+    subset = whole[::2]
+    warm = CollectivePricer(topo, network_params_for(topo))
+    warm.bind(CollectiveKind.ALL_REDUCE, whole, "ring", key=("g", "all"))
+    routed = len(warm._usage_cache)
+    cached = warm.bind(CollectiveKind.ALL_REDUCE, subset, "ring", key=("g", "half"))
+    assert len(warm._usage_cache) == routed  # every class of the subset was a hit
+    assert len(warm.layout_classes(subset)) == 4
+    cold = CollectivePricer(topo, network_params_for(topo))
+    alone = cold.bind(CollectiveKind.ALL_REDUCE, subset, "ring", key=("g", "half"))
+    assert len(cached) == len(alone)
+    for a, b in zip(cached, alone, strict=True):
+        assert np.array_equal(a.rows, b.rows) and a.tier == b.tier
+        assert [_fields(p) for p in a.phases] == [_fields(p) for p in b.phases]
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (7, 1), (200, 4), (500, 16), (64, 300), (5, 0)])
+def test_unique_rows_is_numpys(shape: tuple[int, int]) -> None:
+    rng = np.random.default_rng(sum(shape))
+    for hi in (1, 3, 1000):
+        a = rng.integers(-hi, hi + 1, shape)
+        _, first, inverse = np.unique(a, axis=0, return_index=True, return_inverse=True)
+        got_first, got_inverse = unique_rows(a)
+        assert np.array_equal(got_first, first)
+        assert np.array_equal(got_inverse, inverse.reshape(-1))
+
+
+@pytest.mark.parametrize("entries", [0, 3, 50, 5000])
+def test_link_index_is_numpys(entries: int) -> None:
+    rng = np.random.default_rng(entries)
+    for num_links in (1, 40, 100_000):
+        links = rng.integers(0, num_links, entries)
+        uniq, inverse = np.unique(links, return_inverse=True)
+        got_uniq, got_inverse = link_index(links, num_links)
+        assert np.array_equal(got_uniq, uniq)
+        assert np.array_equal(got_inverse, inverse.reshape(-1))
