@@ -24,7 +24,7 @@ from simulator.errors import CostModelError
 from simulator.network.adaptive import SplitUsage, best_split
 from simulator.network.adaptive import solve as solve_shares
 from simulator.network.params import NetworkParams
-from simulator.network.rows import unique_rows
+from simulator.network.rows import link_index, unique_rows
 from simulator.network.schedules import (
     ALGORITHMS,
     Layout,
@@ -51,6 +51,10 @@ NCCL_TREE_RATIO = 0.92 * 0.5
 _Usage = tuple[np.ndarray, np.ndarray, SplitUsage | None, float, float, tuple[float, float], bool]
 """A phase's routed usage: (links, counts, adaptive split, minimal share alone, slowest
 route rate, (node-local, inter-node) worst latencies, crosses nodes)."""
+
+
+_Sparse = tuple[np.ndarray, np.ndarray]
+"""Per-link values on a few links: (link ids ascending, values)."""
 
 
 def _array_key(a: np.ndarray | None) -> tuple[str, bytes] | None:
@@ -494,11 +498,18 @@ class CollectivePricer:
         dst: np.ndarray,
         share: np.ndarray | None,
         policy: str | None = None,
-    ) -> tuple[np.ndarray, float, tuple[float, float], bool]:
-        """Flow multiplicity per link (dense over all links) of a phase's flows, with
-        their slowest rate, worst (node-local, inter-node) latencies and whether any
-        leaves its node; routed in chunks so a huge group's paths never all sit in memory."""
-        dense = np.zeros(self.num_links)
+    ) -> tuple[_Sparse, float, tuple[float, float], bool]:
+        """Flow multiplicity per link of a phase's flows (the links with a nonzero sum,
+        ascending, and the sums), with their slowest rate, worst (node-local, inter-node)
+        latencies and whether any leaves its node; routed in chunks so a huge group's
+        paths never all sit in memory.
+
+        Sparse, not a dense array over every link: a 131,072-GPU machine has 1.3 M links
+        and a phase touches a few thousand, so the dense zeros, bincount and nonzero scan
+        cost more than the routing of a small phase. The sums are the dense ones bit for
+        bit: per chunk each link's weights add in flow order (bincount over the chunk's
+        link indices), and chunks add in order onto zero."""
+        parts: list[_Sparse] = []
         rate, near, far, inter = float("inf"), 0.0, 0.0, False
         for lo in range(0, max(src.shape[0], 1), BIND_CHUNK_FLOWS):
             hi = lo + BIND_CHUNK_FLOWS
@@ -507,31 +518,55 @@ class CollectivePricer:
                 src[lo:hi], dst[lo:hi], part, policy
             )
             if links.size:
-                dense += np.bincount(links, weights=w, minlength=self.num_links)
+                ids, index = link_index(links, self.num_links)
+                parts.append((ids, np.bincount(index, weights=w, minlength=ids.shape[0])))
             rate, near, far, inter = min(rate, rt), max(near, ln), max(far, lf), inter or it
-        return dense, rate, (near, far), inter
+        return self._sum_sparse(parts), rate, (near, far), inter
+
+    def _sum_sparse(self, parts: list[_Sparse]) -> _Sparse:
+        """The sum of sparse per-link loads, added in order onto zero, zero sums dropped
+        (what a dense accumulation and its nonzero entries give)."""
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if len(parts) == 1:
+            ids, total = parts[0]
+        else:
+            ids, index = link_index(np.concatenate([p[0] for p in parts]), self.num_links)
+            total = np.zeros(ids.shape[0])
+            at = 0
+            for p_ids, p_sums in parts:  # a part's ids are distinct: no repeated index
+                total[index[at : at + p_ids.shape[0]]] += p_sums
+                at += p_ids.shape[0]
+        keep = total != 0
+        return (ids, total) if keep.all() else (ids[keep], total[keep])
 
     def _usage(
         self,
         src: np.ndarray,
         dst: np.ndarray,
         share: np.ndarray | None,
-        dense: np.ndarray,
+        minimal: _Sparse,
         inter: bool,
     ) -> tuple[np.ndarray, np.ndarray, SplitUsage | None, float]:
         """(links, flow multiplicity per link, adaptive split, minimal share alone) of a
-        phase whose minimal-route usage is `dense`: under adaptive routing a phase that
+        phase whose minimal-route usage is `minimal`: under adaptive routing a phase that
         crosses the fabric also gets its all-Valiant usage and the split it takes alone
         (O(flows + links): no sort of millions of entries)."""
+        links, counts = minimal
         if self.adaptive and inter:
-            valiant, _, _, _ = self._link_loads(src, dst, share, "valiant")
-            if not np.array_equal(dense, valiant):
-                uniq = np.flatnonzero(dense + valiant)
-                split = SplitUsage(dense[uniq], valiant[uniq])
+            (v_links, v_counts), _, _, _ = self._link_loads(src, dst, share, "valiant")
+            if not (np.array_equal(links, v_links) and np.array_equal(counts, v_counts)):
+                ids, index = link_index(np.concatenate([links, v_links]), self.num_links)
+                n = links.shape[0]
+                mini, vali = np.zeros(ids.shape[0]), np.zeros(ids.shape[0])
+                mini[index[:n]] = counts
+                vali[index[n:]] = v_counts
+                keep = (mini + vali) != 0
+                uniq = ids[keep]
+                split = SplitUsage(mini[keep], vali[keep])
                 x = best_split(split, self.bandwidth_Bps[uniq])
                 return uniq, split.mixture(x), split, x
-        uniq = np.flatnonzero(dense)
-        return uniq, dense[uniq], None, 1.0
+        return links, counts, None, 1.0
 
     def _phase_usage(self, table: np.ndarray, ph: Phase) -> _Usage:
         """(links, counts, adaptive split, its share alone, slowest route rate, (near,
@@ -540,8 +575,8 @@ class CollectivePricer:
         src = table[:, ph.src].ravel()
         dst = table[:, ph.dst].ravel()
         share = None if ph.share is None else np.tile(ph.share, table.shape[0])
-        dense, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
-        uniq, counts, split, split_x = self._usage(src, dst, share, dense, inter)
+        loads, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
+        uniq, counts, split, split_x = self._usage(src, dst, share, loads, inter)
         return uniq, counts, split, split_x, rate, lat, inter
 
     def _table_id(self, table: np.ndarray) -> int:
