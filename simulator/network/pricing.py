@@ -172,10 +172,13 @@ class CollectivePricer:
             topology.metadata.get("routing") == "adaptive" and fabric.get("kind") == "dragonfly"
         )
         self._minimal = "ecmp" if self.adaptive else None
-        self._gpu_at: dict[tuple[int, int], int] = {
-            (int(nd), int(lc)): g
-            for g, (nd, lc) in enumerate(zip(self.gpu_node, self.gpu_local, strict=True))
-        }
+        self._gpu_at: dict[tuple[int, int], int] = dict(
+            zip(
+                zip(self.gpu_node.tolist(), self.gpu_local.tolist(), strict=True),
+                range(self.gpu_node.shape[0]),
+                strict=True,
+            )
+        )
         self._bw_list: list[float] = self.bandwidth_Bps.tolist()
         self._lat_list: list[float] = np.asarray(self.latency_s, dtype=np.float64).tolist()
         lpn = cast("int | None", topology.metadata.get("links_per_node"))
