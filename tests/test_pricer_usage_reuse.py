@@ -7,6 +7,7 @@ per-link bytes and the report (per-group and per-kind times, the tuner's estimat
 from __future__ import annotations
 
 import json
+from itertools import permutations
 
 import numpy as np
 import pytest
@@ -136,3 +137,47 @@ def test_link_index_is_numpys(entries: int) -> None:
         got_uniq, got_inverse = link_index(links, num_links)
         assert np.array_equal(got_uniq, uniq)
         assert np.array_equal(got_inverse, inverse.reshape(-1))
+
+
+def _scalar_ring_cycles(pricer: CollectivePricer, gpus: list[int]) -> list[list[int]]:
+    """The ring search as a scan, cycle by cycle and link by link (the reference)."""
+    m = len(gpus)
+    routes = pricer._cycle_routes(gpus)
+    cycles = [(0, *perm) for perm in permutations(range(1, m))]
+    usage: list[dict[int, int]] = []
+    for cyc in cycles:
+        use: dict[int, int] = {}
+        for a, b in zip(cyc, cyc[1:] + cyc[:1], strict=True):
+            for link in routes[(a, b)]:
+                use[link] = use.get(link, 0) + 1
+        usage.append(use)
+    residual = {link: pricer._bw_list[link] for use in usage for link in use}
+    chosen: list[list[int]] = []
+    slowest = float("inf")
+    for _ in range(m):
+        best_i, best_rate = -1, 0.0
+        for ci, use in enumerate(usage):
+            rate = min(residual[link] / n for link, n in use.items())
+            if rate > best_rate * (1 + 1e-12):
+                best_i, best_rate = ci, rate
+        if best_i < 0 or (
+            chosen and (len(chosen) + 1) * min(slowest, best_rate) <= len(chosen) * slowest
+        ):
+            break
+        chosen.append(list(cycles[best_i]))
+        slowest = min(slowest, best_rate)
+        for link, n in usage[best_i].items():
+            residual[link] -= best_rate * n
+    return chosen
+
+
+@pytest.mark.parametrize("machine", ["frontier", "dgx-h100", "dgx-a100", "perlmutter"])
+def test_ring_search_matches_the_scan(machine: str) -> None:
+    topo = build_machine(machine, 2)
+    pricer = CollectivePricer(topo, network_params_for(topo))
+    g = int(topo.gpus_per_node)
+    rng = np.random.default_rng(g)
+    for m in range(3, min(g, 8) + 1):
+        for _ in range(3):
+            gpus = [int(x) for x in rng.permutation(g)[:m]]
+            assert pricer._ring_cycles(gpus) == _scalar_ring_cycles(pricer, gpus)

@@ -292,30 +292,39 @@ class CollectivePricer:
             return result
         routes = self._cycle_routes(gpus)
         cycles = [(0, *perm) for perm in permutations(range(1, m))]
-        usage: list[dict[int, int]] = []
-        for cyc in cycles:
-            use: dict[int, int] = {}
-            for a, b in zip(cyc, cyc[1:] + cyc[:1], strict=True):
-                for link in routes[(a, b)]:
-                    use[link] = use.get(link, 0) + 1
-            usage.append(use)
-        residual = {link: self._bw_list[link] for use in usage for link in use}
+        # every cycle's flows per link as one matrix (cycles x links): the (m - 1)! cycles
+        # of an 8-GPU node are 5,040, too many to price link by link in Python
+        ids = sorted({link for route in routes.values() for link in route})
+        column = {link: c for c, link in enumerate(ids)}
+        edge = np.zeros((m, m, len(ids)), dtype=np.int64)
+        for (a, b), route in routes.items():
+            for link in route:
+                edge[a, b, column[link]] += 1
+        order = np.asarray(cycles, dtype=np.int64)
+        usage = edge[order, np.roll(order, -1, axis=1)].sum(axis=1)
+        used = usage > 0
+        residual = np.asarray([self._bw_list[link] for link in ids], dtype=np.float64)
         chosen: list[list[int]] = []
         slowest = float("inf")
         for _ in range(m):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rates = np.where(used, residual[None, :] / usage, np.inf).min(axis=1)
+            # the first cycle faster than the best so far by more than 1e-12, in cycle
+            # order, as a scan would take it (earlier cycles stay below a rising bar)
             best_i, best_rate = -1, 0.0
-            for ci, use in enumerate(usage):
-                rate = min(residual[link] / n for link, n in use.items())
-                if rate > best_rate * (1 + 1e-12):
-                    best_i, best_rate = ci, rate
+            while True:
+                faster = np.flatnonzero(rates > best_rate * (1 + 1e-12))
+                if faster.size == 0:
+                    break
+                best_i, best_rate = int(faster[0]), float(rates[faster[0]])
             if best_i < 0 or (
                 chosen and (len(chosen) + 1) * min(slowest, best_rate) <= len(chosen) * slowest
             ):
                 break
             chosen.append(list(cycles[best_i]))
             slowest = min(slowest, best_rate)
-            for link, n in usage[best_i].items():
-                residual[link] -= best_rate * n
+            row = used[best_i]
+            residual[row] -= best_rate * usage[best_i, row]
         self._cycles_cache[key] = chosen
         return chosen
 
