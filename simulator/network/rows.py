@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-DENSE_FRACTION = 16
+DENSE_FRACTION = 128
 """`link_index` marks a dense mask when entries >= links / this: below it sorting the few
-entries is cheaper than touching every link (either way the result is the same)."""
+entries is cheaper than touching every link (either way the result is the same). Measured
+on the 1.3 M links of 131,072 DGX H100 GPUs: sorting 10,000 ids costs what the mask does
+(0.3-0.4 ms), 80,000 ids 4.3 ms against 1.6 ms."""
 
 
 def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
