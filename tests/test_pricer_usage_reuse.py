@@ -14,6 +14,7 @@ import pytest
 
 from simulator.api import simulate
 from simulator.config import load_config
+from simulator.network.maxmin import max_min_rates
 from simulator.network.params import network_params_for
 from simulator.network.pricing import BoundPhase, CollectivePricer
 from simulator.network.rows import link_index, unique_rows
@@ -181,3 +182,44 @@ def test_ring_search_matches_the_scan(machine: str) -> None:
         for _ in range(3):
             gpus = [int(x) for x in rng.permutation(g)[:m]]
             assert pricer._ring_cycles(gpus) == _scalar_ring_cycles(pricer, gpus)
+
+
+def _masked_max_min(
+    coflow: np.ndarray, link: np.ndarray, count: np.ndarray, capacity: np.ndarray, n: int
+) -> np.ndarray:
+    """Progressive filling over every entry, frozen ones masked (the reference)."""
+    rates = np.zeros(n)
+    links_u, link_idx = np.unique(link, return_inverse=True)
+    cap0 = capacity[links_u].astype(np.float64)
+    cap = cap0.copy()
+    has = np.zeros(n, dtype=bool)
+    has[coflow] = True
+    frozen = ~has
+    rates[~has] = np.inf
+    while not frozen.all():
+        live = ~frozen[coflow]
+        load = np.bincount(link_idx[live], weights=count[live], minlength=links_u.shape[0])
+        used = load > 0
+        if not used.any():
+            break
+        share = np.full(links_u.shape[0], np.inf)
+        share[used] = cap[used] / load[used]
+        inc = float(share.min())
+        rates[~frozen] += inc
+        cap -= inc * load
+        hit = (used & (cap <= 1e-12 * cap0))[link_idx] & live
+        frozen[coflow[hit]] = True
+    return rates
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_max_min_matches_the_masked_filling(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, num_links = int(rng.integers(1, 30)), int(rng.integers(5, 3000))
+    entries = int(rng.integers(1, 4000))
+    coflow = rng.integers(0, n, entries)
+    link = rng.integers(0, num_links, entries)
+    count = rng.choice([0.25, 0.5, 1.0, 1 / 3, 2.0], entries)
+    capacity = rng.choice([25e9, 50e9, 100e9, 37.5e9], num_links)
+    got = max_min_rates(coflow, link, count, capacity, n)
+    assert np.array_equal(got, _masked_max_min(coflow, link, count, capacity, n))
