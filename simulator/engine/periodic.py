@@ -131,16 +131,25 @@ def _rank_canon(r: RankState, lo: int, hi: int, now: int) -> tuple[object, ...]:
     return (_relative(st, now), _relative(en, now), nxt, inflight, free, waiters, sync)
 
 
-def take_cut(engine: EngineState, now: int) -> Cut:
-    """The engine's state now, relative to `now` and to each rank's window."""
+def cut_points(length: int, per_copy: int) -> list[int]:
+    """Body offsets of a region's cut points: `per_copy` evenly spaced ones (fewer in a
+    shorter body), the first at the copy's start."""
+    return sorted({length * j // per_copy for j in range(per_copy)})
+
+
+def take_cut(engine: EngineState, now: int) -> Cut | None:
+    """The engine's state now, relative to `now` and to each rank's window; None when a
+    rank that is not idle has live ops outside its region's unrolled copies (such a cut
+    matches no other: `periods_match`), which is told before any state is read."""
     windows: list[RankWindow] = []
-    ranks: list[tuple[object, ...]] = []
-    index = {id(r): k for k, r in enumerate(engine.ranks)}
     for r in engine.ranks:
         lo, hi, idle = _window(r, now)
         run = None if idle else r.prog.run_at(lo)
+        if not idle and (run is None or not run.contains(lo, hi)):
+            return None
         windows.append(RankWindow(lo, hi, run, idle))
-        ranks.append(_rank_canon(r, lo, hi, now))
+    index = {id(r): k for k, r in enumerate(engine.ranks)}
+    ranks = [_rank_canon(r, w.lo, w.hi, now) for r, w in zip(engine.ranks, windows, strict=True)]
 
     def part(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
         r, i, s = p
