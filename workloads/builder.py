@@ -287,6 +287,13 @@ class ProgramBuilder:
         self._segment_start = None
         self._segment_repeat = 1
 
+    def repeat_last_segment(self, repeat: int) -> None:
+        """Let the segment just ended stand for `repeat` copies (see Segment.repeat): a
+        generator that has seen it repeat the body before it marks it instead of emitting
+        one more body to carry the count."""
+        last = self.segments[-1]
+        self.segments[-1] = Segment(last.start, last.stop, last.key, repeat)
+
     def build(self) -> Program:
         self._charge()
         return Program(self.name, tuple(self.ops), tuple(self.segments))

@@ -154,8 +154,10 @@ def _pipeline_items(
 
 def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> None:
     """Warm-up passes, steady units, cool-down passes, each a segment. Compressed: once an
-    item repeats the one before it, one item stands for the following regular ones of its
-    kind (Segment.repeat), so a stage's program holds its distinct work only."""
+    item repeats the one before it, that second item stands for itself and the following
+    regular ones of its kind (Segment.repeat), so a stage's program holds its distinct
+    work only. (The emitter's state is periodic from then on: emitting one more item to
+    carry the repeat gave the second item shifted, tests/test_pipeline_compression.py.)"""
     items = _pipeline_items(passes, setup, e.last_index)
     prev: tuple[int, int, str] | None = None  # (first op, length, key) of the last item
     k = 0
@@ -180,10 +182,9 @@ def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> N
             while stop < len(items) and items[stop][2] and items[stop][1] == key:
                 stop += 1
             if stop > k:
-                (a, b), _, _ = items[k]
-                e.b.begin_segment(key, stop - k)
-                _emit_passes(e, passes[a:b])
-                e.b.end_segment()
+                # the emitter's state after this item is its state after the copies it
+                # stands for, shifted: what follows is emitted as after the last copy
+                e.b.repeat_last_segment(1 + stop - k)
                 k = stop
             prev = None
             continue
