@@ -168,3 +168,27 @@ def test_compressed_text_expands_to_the_emitted_program(tmp_path: Path, case: st
     for a, b in zip(fast, slow, strict=True):
         assert a.compressed and not b.compressed
         assert _expanded_text(a) == list(b.ops)
+
+
+@pytest.mark.parametrize("expanded", [False, True])
+@pytest.mark.parametrize("case", sorted(CASES) + sorted(BUILD_ONLY))
+def test_pass_templates_copy_exactly_what_emitting_gives(
+    tmp_path: Path, case: str, expanded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copied passes (workloads/hybrid/templates.py) equal emitted ones, op by op, with
+    their segments."""
+    from workloads.hybrid import templates
+
+    text = _case_text(case)
+    copies: list[object] = []
+    copy = templates.PassTemplates._copy
+    monkeypatch.setattr(
+        templates.PassTemplates, "_copy", lambda self, t: (copies.append(t), copy(self, t))
+    )
+    fast = _programs(tmp_path, text, expanded)
+    assert copies or case == "fsdp-pp"  # sharded: every pass emitted
+    monkeypatch.setattr(templates, "USE_TEMPLATES", False)
+    slow = _programs(tmp_path, text, expanded)
+    for a, b in zip(fast, slow, strict=True):
+        assert a.ops == b.ops
+        assert a.segments == b.segments

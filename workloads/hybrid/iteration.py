@@ -18,6 +18,7 @@ from workloads.graph import Program
 from workloads.hybrid.program import StageEmitter
 from workloads.hybrid.schedule import Pass, schedule, steady_units
 from workloads.hybrid.setup import HybridSetup
+from workloads.hybrid.templates import PassTemplates
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
 from workloads.transformer import optimizer_step
@@ -113,9 +114,13 @@ def build_stage_program(spec: TransformerSpec, setup: HybridSetup, stage: int) -
     return e.b.build()
 
 
-def _emit_passes(e: StageEmitter, passes: list[Pass]) -> None:
+def _emit_passes(
+    e: StageEmitter, passes: list[Pass], templates: PassTemplates | None = None
+) -> None:
     for ps in passes:
-        if ps.kind == "F":
+        if templates is not None:
+            templates.emit(ps)
+        elif ps.kind == "F":
             e.forward_pass(ps)
         else:
             e.backward_pass(ps)
@@ -159,13 +164,14 @@ def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> N
     work only. (The emitter's state is periodic from then on: emitting one more item to
     carry the repeat gave the second item shifted, tests/test_pipeline_compression.py.)"""
     items = _pipeline_items(passes, setup, e.last_index)
+    templates = PassTemplates(e)
     prev: tuple[int, int, str] | None = None  # (first op, length, key) of the last item
     k = 0
     while k < len(items):
         (a, b), key, regular = items[k]
         start = len(e.b.ops)
         e.b.begin_segment(key)
-        _emit_passes(e, passes[a:b])
+        _emit_passes(e, passes[a:b], templates)
         e.b.end_segment()
         here = (start, len(e.b.ops) - start, key)
         k += 1
