@@ -89,11 +89,10 @@ class Cut:
     link_bytes: dict[int, float]
 
 
-def _window(r: RankState, now: int) -> tuple[int, int, bool]:
-    """(lo, hi, idle) of rank r at instant `now`."""
-    prog = r.prog
+def _next_ops(r: RankState) -> tuple[int, int]:
+    """(lo, hi) of the streams' next ops alone (lo -1: every stream is through)."""
     lo = hi = -1
-    for s, ops in enumerate(prog.stream_ops):
+    for s, ops in enumerate(r.prog.stream_ops):
         p = r.pos[s]
         if p < len(ops):
             i = ops[p]
@@ -101,6 +100,23 @@ def _window(r: RankState, now: int) -> tuple[int, int, bool]:
             hi = max(hi, i + 1)
         elif ops:
             hi = max(hi, ops[-1] + 1)
+    return lo, hi
+
+
+def _outside_copies(r: RankState) -> bool:
+    """Whether rank r's window is surely not inside one region's unrolled copies, told
+    from its streams' next ops (the window holds them: `_window` only widens it)."""
+    lo, hi = _next_ops(r)
+    if lo < 0:
+        return False  # maybe idle: the whole window decides
+    run = r.prog.run_at(lo)
+    return run is None or not run.contains(lo, hi)
+
+
+def _window(r: RankState, now: int) -> tuple[int, int, bool]:
+    """(lo, hi, idle) of rank r at instant `now`."""
+    prog = r.prog
+    lo, hi = _next_ops(r)
     ends = np.frombuffer(r.end, dtype=np.int64)
     open_ = np.flatnonzero(ends > now)
     if open_.size:
@@ -141,6 +157,8 @@ def take_cut(engine: EngineState, now: int) -> Cut | None:
     """The engine's state now, relative to `now` and to each rank's window; None when a
     rank that is not idle has live ops outside its region's unrolled copies (such a cut
     matches no other: `periods_match`), which is told before any state is read."""
+    if any(_outside_copies(r) for r in engine.ranks):
+        return None
     windows: list[RankWindow] = []
     for r in engine.ranks:
         lo, hi, idle = _window(r, now)
