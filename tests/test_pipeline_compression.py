@@ -192,3 +192,25 @@ def test_pass_templates_copy_exactly_what_emitting_gives(
     for a, b in zip(fast, slow, strict=True):
         assert a.ops == b.ops
         assert a.segments == b.segments
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cuts_inside_copies_prove_no_later_and_change_nothing(
+    tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prover cuts at several points of every copy (engine/core.py CUTS_PER_COPY):
+    the same results as cutting at copy starts only, the proof never later (the
+    interleaved schedule's long steady unit: strictly earlier)."""
+    from simulator.engine import core
+
+    inside = _run(tmp_path, case)
+    monkeypatch.setattr(core, "CUTS_PER_COPY", 1)
+    starts = _run(tmp_path, case)
+    assert inside.engine.ops_processed <= starts.engine.ops_processed
+    if case == "interleaved":
+        assert inside.engine.ops_processed < starts.engine.ops_processed
+    a, b = inside.report, starts.report
+    assert a.iteration_time_s == b.iteration_time_s
+    assert a.comm_time_by_group_s == pytest.approx(b.comm_time_by_group_s, rel=1e-9, abs=1e-12)
+    assert a.compute_by_kind_s == pytest.approx(b.compute_by_kind_s, rel=1e-9, abs=1e-12)
+    assert inside.engine.link_bytes == pytest.approx(starts.engine.link_bytes, rel=1e-12)
