@@ -275,6 +275,7 @@ class Engine:
         self.watch_next = 0
         self.cut_point = 0
         self.cuts: dict[int, list[Cut]] = {}  # per cut point, the last cuts taken there
+        self.cut_hint = [0]  # the rank a cut last found outside region copies
         self.cut_at = -1
         if self.watcher is not None:
             self._watch_next(None)
@@ -365,7 +366,7 @@ class Engine:
         run = self.watch_run
         if run is None:
             return
-        cut = take_cut(self, int(self.env.now))
+        cut = take_cut(self, int(self.env.now), self.cut_hint)
         if cut is None:  # some rank outside region copies: this cut matches no other
             return
         earlier = self.cuts.get(self.cut_point, [])

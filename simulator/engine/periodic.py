@@ -153,12 +153,20 @@ def cut_points(length: int, per_copy: int) -> list[int]:
     return sorted({length * j // per_copy for j in range(per_copy)})
 
 
-def take_cut(engine: EngineState, now: int) -> Cut | None:
+def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cut | None:
     """The engine's state now, relative to `now` and to each rank's window; None when a
     rank that is not idle has live ops outside its region's unrolled copies (such a cut
-    matches no other: `periods_match`), which is told before any state is read."""
-    if any(_outside_copies(r) for r in engine.ranks):
+    matches no other: `periods_match`), which is told before any state is read. `hint`
+    holds the index of the rank found outside last time, asked first (the ranks still
+    in their warm-up or already in their cool-down stay there for many cuts)."""
+    ranks = engine.ranks
+    if hint is not None and hint[0] < len(ranks) and _outside_copies(ranks[hint[0]]):
         return None
+    for k, r in enumerate(ranks):
+        if _outside_copies(r):
+            if hint is not None:
+                hint[0] = k
+            return None
     windows: list[RankWindow] = []
     for r in engine.ranks:
         lo, hi, idle = _window(r, now)
@@ -167,7 +175,7 @@ def take_cut(engine: EngineState, now: int) -> Cut | None:
             return None
         windows.append(RankWindow(lo, hi, run, idle))
     index = {id(r): k for k, r in enumerate(engine.ranks)}
-    ranks = [_rank_canon(r, w.lo, w.hi, now) for r, w in zip(engine.ranks, windows, strict=True)]
+    canons = [_rank_canon(r, w.lo, w.hi, now) for r, w in zip(ranks, windows, strict=True)]
 
     def part(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
         r, i, s = p
@@ -204,7 +212,7 @@ def take_cut(engine: EngineState, now: int) -> Cut | None:
             (t - now, prio, tuple(act(x) if isinstance(x, Activation) else x for x in tag))
         )
     state = _canon_state(net.state(now), act)
-    canon = (tuple(ranks), pending, tuple(events), state, tuple(w.idle for w in windows))
+    canon = (tuple(canons), pending, tuple(events), state, tuple(w.idle for w in windows))
     return Cut(now, windows, canon, engine.stats.snapshot())
 
 
