@@ -13,8 +13,8 @@ starts at or after t. Times are integer picoseconds.
 
 Repeated regions (microbatches, steady pipeline pairs) are unrolled as ranks reach them
 (simulator/engine/unroll.py); the periodic prover (simulator/engine/periodic.py) compares
-the state after consecutive copies of the first simulated rank and, once the whole state
-repeats shifted in time, skips the copies in the middle (`_warp`).
+the state at the same points of consecutive copies of the first simulated rank and, once
+the whole state repeats shifted in time, skips the copies in the middle (`_warp`).
 """
 
 from __future__ import annotations
@@ -367,12 +367,10 @@ class Engine:
         if run is None:
             return
         cut = take_cut(self, int(self.env.now), self.cut_hint)
-        if cut is None:  # some rank outside region copies: this cut matches no other
-            return
         earlier = self.cuts.get(self.cut_point, [])
         for back in range(1, MAX_PERIOD_COPIES + 1):
-            if back > len(earlier):
-                break
+            if cut is None or back > len(earlier):
+                break  # (None: some rank is outside region copies, no cut matches it)
             prev = earlier[-back]
             if not periods_match(prev, cut, back) or not host_slack_ok(self, prev, cut, back):
                 continue
@@ -382,7 +380,8 @@ class Engine:
                 self._warp(prev, cut, copies, back)
                 self._watch_next(run)
                 return
-        self.cuts[self.cut_point] = [*earlier[-(MAX_PERIOD_COPIES - 1) :], cut]
+        if cut is not None:
+            self.cuts[self.cut_point] = [*earlier[-(MAX_PERIOD_COPIES - 1) :], cut]
         if run.copies_left <= 0:
             self._watch_next(run)
 
