@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 
 from workloads.errors import WorkloadError
 from workloads.graph import Program, Segment
@@ -287,6 +288,13 @@ class ProgramBuilder:
         self._segment_start = None
         self._segment_repeat = 1
 
+    def repeat_last_segment(self, repeat: int) -> None:
+        """Let the segment just ended stand for `repeat` copies (see Segment.repeat): a
+        generator that has seen it repeat the body before it marks it instead of emitting
+        one more body to carry the count."""
+        last = self.segments[-1]
+        self.segments[-1] = Segment(last.start, last.stop, last.key, repeat)
+
     def build(self) -> Program:
         self._charge()
         return Program(self.name, tuple(self.ops), tuple(self.segments))
@@ -305,11 +313,12 @@ def repeats(ops: list[Op] | tuple[Op, ...], a: int, b: int, length: int) -> bool
     shift = b - a
     for x in range(length):
         oa, ob = ops[a + x], ops[b + x]
-        if type(oa) is not type(ob):
+        t = type(oa)
+        if t is not type(ob):
             return False
-        for f in _plain_fields(type(oa)):
-            if getattr(oa, f) != getattr(ob, f):
-                return False
+        get = _plain_getter(t)
+        if oa is not ob and get(oa) != get(ob):
+            return False
         da, db = _dependencies(oa), _dependencies(ob)
         if len(da) != len(db):
             return False
@@ -319,13 +328,14 @@ def repeats(ops: list[Op] | tuple[Op, ...], a: int, b: int, length: int) -> bool
     return True
 
 
-_PLAIN: dict[type, tuple[str, ...]] = {}
+_PLAIN: dict[type, attrgetter[object]] = {}
 
 
-def _plain_fields(t: type) -> tuple[str, ...]:
+def _plain_getter(t: type) -> attrgetter[object]:
+    """The fields of an op type other than its dependencies, read at once (C-level)."""
     got = _PLAIN.get(t)
     if got is None:
-        got = tuple(f.name for f in fields(t) if f.name not in ("deps", "target"))
+        got = attrgetter(*(f.name for f in fields(t) if f.name not in ("deps", "target")))
         _PLAIN[t] = got
     return got
 

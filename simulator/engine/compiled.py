@@ -8,7 +8,9 @@ program (and per compute-speed factor), however many ranks share it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any
 
 from simulator.cost.model import KernelTimer
 from simulator.cost.terms import Interference
@@ -18,10 +20,10 @@ from workloads.ops import (
     CollectiveKind,
     CollectiveOp,
     ComputeOp,
+    Op,
     RecvOp,
     SendOp,
     WaitOp,
-    op_dependencies,
 )
 
 PS_PER_S = 10**12
@@ -74,6 +76,10 @@ class CompiledProgram:
     stream_ops: list[list[int]]
     overlap_s: list[float]
     stretch_ps: list[int] = field(default_factory=list)
+    # per op, the index of its distinct fields other than dependencies: ops with one
+    # signature are alike in the text and compile alike but for the overlap stretch
+    # (regions compare these and the durations)
+    sig: list[int] = field(default_factory=list)
     launch_ps: int = 0
     compute_ps_total: int = 0
     meta: dict[str, object] = field(default_factory=dict)
@@ -103,51 +109,34 @@ def compile_program(
     base: list[int] = []
     issue: list[int] = []
     comms: list[CommInfo | None] = []
-    coll_count: dict[str, int] = {}
-    p2p_count: dict[tuple[str, str, int], int] = {}
+    counts: dict[object, int] = {}  # ordinal counters: per group, per (group, direction, peer)
     issue_fn = getattr(kernels, "issue_s", None)
+    # what an op compiles to depends on its fields other than its dependencies: a pass
+    # copied many times (pipelines) is compiled once (`_compile_op`)
+    memo: dict[tuple[object, ...], tuple[int, _Compiled]] = {}
+    sig: list[int] = []
     cpu = 0
     for op in program.ops:
-        streams.append(stream_index.setdefault(op.stream, len(stream_index)))
-        deps.append(tuple(op_dependencies(op)))
-        if issue_fn is not None and not isinstance(op, WaitOp):
-            cpu += to_ps(issue_fn(op))
+        key = plain_key(op)
+        got = memo.get(key)
+        if got is None:
+            c = _compile_op(op, key, kernels, issue_fn, slowdown, cache, stream_index)
+            got = memo[key] = (len(memo), c)
+        sig.append(got[0])
+        code, stream, cost, dur, proto = got[1]
+        streams.append(stream)
+        deps.append(op.deps if code != WAIT else (*op.deps, op.target))  # type: ignore[union-attr]
+        cpu += cost
         issue.append(cpu)
-        if isinstance(op, ComputeOp):
-            d = cache.get(op)
-            if d is None:
-                seconds = kernels.duration_s(op)
-                if seconds < 0 or seconds != seconds:
-                    raise EngineError(
-                        f"kernel model returned an invalid duration for op '{op.name}'"
-                    )
-                d = to_ps(seconds)
-                cache[op] = d
-            kinds.append(COMPUTE)
-            base.append(round(d * slowdown) if slowdown != 1.0 else d)
+        kinds.append(code)
+        base.append(dur)
+        if proto is None:
             comms.append(None)
-        elif isinstance(op, WaitOp):
-            kinds.append(WAIT)
-            base.append(0)
-            comms.append(None)
-        elif isinstance(op, CollectiveOp):
-            k = coll_count.get(op.group, 0)
-            coll_count[op.group] = k + 1
-            kinds.append(COLL)
-            base.append(0)
-            comms.append(CommInfo(op.group, k, op.kind, float(op.bytes), op.root, op.algorithm))
-        elif isinstance(op, SendOp | RecvOp):
-            direction = "send" if isinstance(op, SendOp) else "recv"
-            key = (op.group, direction, op.peer)
-            k = p2p_count.get(key, 0)
-            p2p_count[key] = k + 1
-            kinds.append(SEND if direction == "send" else RECV)
-            base.append(0)
-            comms.append(
-                CommInfo(op.group, k, CollectiveKind.SEND_RECV, float(op.bytes), peer=op.peer)
-            )
-        else:  # pragma: no cover - the Op union is closed
-            raise EngineError(f"unknown op type {type(op).__name__}")
+            continue
+        counter, group, ckind, nbytes, root, algorithm, peer = proto
+        k = counts.get(counter, 0)
+        counts[counter] = k + 1
+        comms.append(CommInfo(group, k, ckind, nbytes, root, algorithm, peer))
     overlap = estimate_overlap(program, kinds, base, comms, comm_estimate)
     stretch = _stretch(program, overlap, overlap_slowdown)
     durs = [d + x for d, x in zip(base, stretch, strict=True)] if any(stretch) else base
@@ -167,9 +156,69 @@ def compile_program(
         stream_ops=stream_ops,
         overlap_s=overlap,
         stretch_ps=stretch,
+        sig=sig,
         launch_ps=round(to_ps(launch if isinstance(launch, float | int) else 0.0) * slowdown),
         compute_ps_total=sum(d for d, k in zip(durs, kinds, strict=True) if k == COMPUTE),
     )
+
+
+_Compiled = tuple[int, int, int, int, tuple[Any, ...] | None]
+"""(kind code, stream, host issue ps, duration ps, collective prototype or None)."""
+
+_PLAIN: dict[type, Callable[[Op], tuple[object, ...]]] = {}
+
+
+def plain_key(op: Op) -> tuple[object, ...]:
+    """An op's fields other than its dependencies, with its class: what it compiles to
+    (and what a region compares, simulator/engine/regions.py) depends on nothing else."""
+    t = type(op)
+    get = _PLAIN.get(t)
+    if get is None:
+        names = [f.name for f in fields(t) if f.name not in ("deps", "target")]
+        get = _PLAIN[t] = attrgetter(*names, "__class__")
+    return get(op)
+
+
+def _compile_op(
+    op: Op,
+    key: tuple[object, ...],
+    kernels: KernelTimer,
+    issue_fn: Callable[[Op], float] | None,
+    slowdown: float,
+    cache: dict[object, int],
+    stream_index: dict[str, int],
+) -> _Compiled:
+    """What one op compiles to, apart from its dependencies and ordinal."""
+    stream = stream_index.setdefault(op.stream, len(stream_index))
+    cost = to_ps(issue_fn(op)) if issue_fn is not None and not isinstance(op, WaitOp) else 0
+    if isinstance(op, ComputeOp):
+        d = cache.get(key)
+        if d is None:
+            seconds = kernels.duration_s(op)
+            if seconds < 0 or seconds != seconds:
+                raise EngineError(f"kernel model returned an invalid duration for op '{op.name}'")
+            d = to_ps(seconds)
+            cache[key] = d
+        return (COMPUTE, stream, cost, round(d * slowdown) if slowdown != 1.0 else d, None)
+    if isinstance(op, WaitOp):
+        return (WAIT, stream, cost, 0, None)
+    if isinstance(op, CollectiveOp):
+        coll: tuple[Any, ...] = (
+            op.group,
+            op.group,
+            op.kind,
+            float(op.bytes),
+            op.root,
+            op.algorithm,
+            -1,
+        )
+        return (COLL, stream, cost, 0, coll)
+    if isinstance(op, SendOp | RecvOp):
+        direction = "send" if isinstance(op, SendOp) else "recv"
+        counter = (op.group, direction, op.peer)
+        proto = (counter, op.group, CollectiveKind.SEND_RECV, float(op.bytes), 0, None, op.peer)
+        return (SEND if direction == "send" else RECV, stream, cost, 0, proto)
+    raise EngineError(f"unknown op type {type(op).__name__}")  # pragma: no cover
 
 
 def _stretch(program: Program, overlap_s: list[float], factors: float | Interference) -> list[int]:

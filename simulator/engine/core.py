@@ -13,8 +13,8 @@ starts at or after t. Times are integer picoseconds.
 
 Repeated regions (microbatches, steady pipeline pairs) are unrolled as ranks reach them
 (simulator/engine/unroll.py); the periodic prover (simulator/engine/periodic.py) compares
-the state after consecutive copies of the first simulated rank and, once the whole state
-repeats shifted in time, skips the copies in the middle (`_warp`).
+the state at the same points of consecutive copies of the first simulated rank and, once
+the whole state repeats shifted in time, skips the copies in the middle (`_warp`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from simulator.engine.network import (
     queued_events,
     shift_clock,
 )
-from simulator.engine.periodic import Cut, host_slack_ok, periods_match, take_cut
+from simulator.engine.periodic import Cut, cut_points, host_slack_ok, periods_match, take_cut
 from simulator.engine.ranks import Pending as _Pending
 from simulator.engine.ranks import RankState as _Rank
 from simulator.engine.ranks import Warp
@@ -69,6 +69,11 @@ ProgressFn = Callable[[int, int, float], None]
 
 CUT_PRIORITY = 3  # after LATE (2): a cut sees the state after every event of its instant
 MAX_PERIOD_COPIES = 2  # periods of 1 or 2 copies are tried (contention may alternate)
+# Cut points per copy of the watched region (evenly spaced body offsets). A period can be
+# proved from any instant after the transient (periodic.py), so cutting inside copies
+# proves it up to a copy earlier than cutting at copy starts only; cuts whose windows are
+# not all inside region copies cost one window scan (take_cut returns None).
+CUTS_PER_COPY = 8
 
 
 class _Launch:
@@ -266,8 +271,11 @@ class Engine:
         # the periodic prover watches the first simulated rank's region copies
         self.watcher = self.ranks[0] if self.steady_state and self.ranks else None
         self.watch_run: RegionRun | None = None
-        self.watch_copy = 0
-        self.cuts: list[Cut] = []
+        self.watch_points: list[int] = []
+        self.watch_next = 0
+        self.cut_point = 0
+        self.cuts: dict[int, list[Cut]] = {}  # per cut point, the last cuts taken there
+        self.cut_hint = [0]  # the rank a cut last found outside region copies
         self.cut_at = -1
         if self.watcher is not None:
             self._watch_next(None)
@@ -322,22 +330,33 @@ class Engine:
         runs = self.watcher.prog.runs
         k = 0 if after is None else runs.index(after) + 1
         self.watch_run = runs[k] if k < len(runs) else None
-        self.watch_copy = 1  # copy 0 may still hold what came before the region
-        self.cuts = []
+        self.watch_points = (
+            cut_points(self.watch_run.length, CUTS_PER_COPY) if self.watch_run else []
+        )
+        self.watch_next = 0  # next cut point: copy * len(watch_points) + point
+        self.cut_point = 0
+        self.cuts = {}
 
     def _poll(self) -> None:
-        """The watcher advanced: once it has started the watched copy, cut after every
-        event of this instant."""
+        """The watcher advanced: once it has started the op of the next cut point (any
+        copy), cut after every event of this instant."""
         run = self.watch_run
         assert run is not None and self.watcher is not None
-        k = self.watch_copy
+        points = self.watch_points
+        k, j = divmod(self.watch_next, len(points))
         if k >= len(run.copy_starts):
             if run.copies_left <= 0 and run.done:
                 self._watch_next(run)
             return
-        if self.watcher.start[run.copy_starts[k]] < 0:
+        start = self.watcher.start
+        if start[run.copy_starts[k] + points[j]] < 0:
             return
-        self.watch_copy = k + 1
+        while True:  # every point the watcher has passed by now: cut once, as the last
+            self.cut_point = j
+            self.watch_next += 1
+            k, j = divmod(self.watch_next, len(points))
+            if k >= len(run.copy_starts) or start[run.copy_starts[k] + points[j]] < 0:
+                break
         now = int(self.env.now)
         if self.cut_at != now:
             self.cut_at = now
@@ -347,11 +366,12 @@ class Engine:
         run = self.watch_run
         if run is None:
             return
-        cut = take_cut(self, int(self.env.now))
+        cut = take_cut(self, int(self.env.now), self.cut_hint)
+        earlier = self.cuts.get(self.cut_point, [])
         for back in range(1, MAX_PERIOD_COPIES + 1):
-            if back > len(self.cuts):
-                break
-            prev = self.cuts[-back]
+            if cut is None or back > len(earlier):
+                break  # (None: some rank is outside region copies, no cut matches it)
+            prev = earlier[-back]
             if not periods_match(prev, cut, back) or not host_slack_ok(self, prev, cut, back):
                 continue
             copies = min(w.run.copies_left for w in cut.windows if w.run is not None)
@@ -360,9 +380,8 @@ class Engine:
                 self._warp(prev, cut, copies, back)
                 self._watch_next(run)
                 return
-        self.cuts = (
-            [*self.cuts[-(MAX_PERIOD_COPIES - 1) :], cut] if MAX_PERIOD_COPIES > 1 else [cut]
-        )
+        if cut is not None:
+            self.cuts[self.cut_point] = [*earlier[-(MAX_PERIOD_COPIES - 1) :], cut]
         if run.copies_left <= 0:
             self._watch_next(run)
 

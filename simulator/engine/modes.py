@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simulator.errors import EngineError
+from simulator.network.rows import unique_rows
 from workloads.graph import OpGraph
 from workloads.ops import RecvOp, SendOp
 
@@ -73,9 +74,10 @@ def symmetric_problem(graph: OpGraph) -> str | None:
         return None  # one class and no send/recv: every group instance looks alike
     for name, kind in graph.groups.items():
         cls = rc[kind.members]
-        sig_rows, sig_id = np.unique(cls, axis=0, return_inverse=True)
-        sig_id = sig_id.reshape(-1)
-        pairs = np.unique(np.stack([cls.ravel(), np.repeat(sig_id, kind.size)], axis=1), axis=0)
+        first, sig_id = unique_rows(cls)
+        sig_rows = cls[first]
+        both = np.stack([cls.ravel(), np.repeat(sig_id, kind.size)], axis=1)
+        pairs = both[unique_rows(both)[0]]
         classes, counts = np.unique(pairs[:, 0], return_counts=True)
         if (counts > 1).any():
             c = int(classes[np.argmax(counts > 1)])
@@ -91,9 +93,10 @@ def symmetric_problem(graph: OpGraph) -> str | None:
     return None
 
 
-def symmetric_view(graph: OpGraph) -> RankView:
-    """One representative (the lowest rank) per class."""
-    problem = symmetric_problem(graph)
+def symmetric_view(graph: OpGraph, checked: bool = False) -> RankView:
+    """One representative (the lowest rank) per class; `checked`: the caller has found
+    no `symmetric_problem` already (the check sorts every group's instances)."""
+    problem = None if checked else symmetric_problem(graph)
     if problem is not None:
         raise EngineError(f"symmetric mode is not valid here: {problem}")
     rc = graph.rank_class
@@ -109,8 +112,8 @@ def symmetric_view(graph: OpGraph) -> RankView:
         if single:  # one signature: skip the row-wise unique over every instance
             sig_rows, sig_id = cls[:1], np.zeros(cls.shape[0], dtype=np.int64)
         else:
-            sig_rows, sig_id = np.unique(cls, axis=0, return_inverse=True)
-            sig_id = sig_id.reshape(-1)
+            first, sig_id = unique_rows(cls)
+            sig_rows = cls[first]
         key_of_rank = np.full(graph.world_size, -1, dtype=np.int64)
         inst = kind.instance_of
         member = inst >= 0
@@ -135,10 +138,12 @@ def choose_view(graph: OpGraph, mode: str, per_rank_differences: bool) -> RankVi
     if mode == "symmetric":
         if problem is not None:
             raise EngineError(f"symmetric mode is not valid here: {problem}")
-        return replace(symmetric_view(graph), reason="engine.mode=symmetric, as configured")
+        return replace(
+            symmetric_view(graph, checked=True), reason="engine.mode=symmetric, as configured"
+        )
     if problem is not None:
         return replace(full_view(graph), reason=f"auto: symmetric is not valid ({problem})")
-    view = symmetric_view(graph)
+    view = symmetric_view(graph, checked=True)
     return replace(
         view,
         reason=f"auto: the {graph.world_size:,} ranks form {view.reps.size:,} class"

@@ -589,7 +589,9 @@ class ContentionNetwork:
 
 
 def _pattern_order(c: _Coflow) -> tuple[int, int]:
-    return id(c.phase), c.seq
+    """Coflows of one phase together, phases in creation order (not by address: the
+    order of float sums over coflows must not depend on the memory layout)."""
+    return c.phase.serial, c.seq
 
 
 def build_network(

@@ -89,11 +89,10 @@ class Cut:
     link_bytes: dict[int, float]
 
 
-def _window(r: RankState, now: int) -> tuple[int, int, bool]:
-    """(lo, hi, idle) of rank r at instant `now`."""
-    prog = r.prog
+def _next_ops(r: RankState) -> tuple[int, int]:
+    """(lo, hi) of the streams' next ops alone (lo -1: every stream is through)."""
     lo = hi = -1
-    for s, ops in enumerate(prog.stream_ops):
+    for s, ops in enumerate(r.prog.stream_ops):
         p = r.pos[s]
         if p < len(ops):
             i = ops[p]
@@ -101,6 +100,23 @@ def _window(r: RankState, now: int) -> tuple[int, int, bool]:
             hi = max(hi, i + 1)
         elif ops:
             hi = max(hi, ops[-1] + 1)
+    return lo, hi
+
+
+def _outside_copies(r: RankState) -> bool:
+    """Whether rank r's window is surely not inside one region's unrolled copies, told
+    from its streams' next ops (the window holds them: `_window` only widens it)."""
+    lo, hi = _next_ops(r)
+    if lo < 0:
+        return False  # maybe idle: the whole window decides
+    run = r.prog.run_at(lo)
+    return run is None or not run.contains(lo, hi)
+
+
+def _window(r: RankState, now: int) -> tuple[int, int, bool]:
+    """(lo, hi, idle) of rank r at instant `now`."""
+    prog = r.prog
+    lo, hi = _next_ops(r)
     ends = np.frombuffer(r.end, dtype=np.int64)
     open_ = np.flatnonzero(ends > now)
     if open_.size:
@@ -131,16 +147,35 @@ def _rank_canon(r: RankState, lo: int, hi: int, now: int) -> tuple[object, ...]:
     return (_relative(st, now), _relative(en, now), nxt, inflight, free, waiters, sync)
 
 
-def take_cut(engine: EngineState, now: int) -> Cut:
-    """The engine's state now, relative to `now` and to each rank's window."""
+def cut_points(length: int, per_copy: int) -> list[int]:
+    """Body offsets of a region's cut points: `per_copy` evenly spaced ones (fewer in a
+    shorter body), the first at the copy's start."""
+    return sorted({length * j // per_copy for j in range(per_copy)})
+
+
+def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cut | None:
+    """The engine's state now, relative to `now` and to each rank's window; None when a
+    rank that is not idle has live ops outside its region's unrolled copies (such a cut
+    matches no other: `periods_match`), which is told before any state is read. `hint`
+    holds the index of the rank found outside last time, asked first (the ranks still
+    in their warm-up or already in their cool-down stay there for many cuts)."""
+    ranks = engine.ranks
+    if hint is not None and hint[0] < len(ranks) and _outside_copies(ranks[hint[0]]):
+        return None
+    for k, r in enumerate(ranks):
+        if _outside_copies(r):
+            if hint is not None:
+                hint[0] = k
+            return None
     windows: list[RankWindow] = []
-    ranks: list[tuple[object, ...]] = []
-    index = {id(r): k for k, r in enumerate(engine.ranks)}
     for r in engine.ranks:
         lo, hi, idle = _window(r, now)
         run = None if idle else r.prog.run_at(lo)
+        if not idle and (run is None or not run.contains(lo, hi)):
+            return None
         windows.append(RankWindow(lo, hi, run, idle))
-        ranks.append(_rank_canon(r, lo, hi, now))
+    index = {id(r): k for k, r in enumerate(engine.ranks)}
+    canons = [_rank_canon(r, w.lo, w.hi, now) for r, w in zip(ranks, windows, strict=True)]
 
     def part(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
         r, i, s = p
@@ -177,7 +212,7 @@ def take_cut(engine: EngineState, now: int) -> Cut:
             (t - now, prio, tuple(act(x) if isinstance(x, Activation) else x for x in tag))
         )
     state = _canon_state(net.state(now), act)
-    canon = (tuple(ranks), pending, tuple(events), state, tuple(w.idle for w in windows))
+    canon = (tuple(canons), pending, tuple(events), state, tuple(w.idle for w in windows))
     return Cut(now, windows, canon, engine.stats.snapshot())
 
 

@@ -20,13 +20,11 @@ cannot be unrolled into the program it stands for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from operator import attrgetter
+from dataclasses import dataclass
 
 from simulator.engine.compiled import CompiledProgram
 from simulator.errors import EngineError
 from workloads.graph import Program, Segment
-from workloads.ops import Op
 
 INSIDE, PREV, CONST = 0, 1, 2
 
@@ -50,40 +48,6 @@ class Region:
     def last(self) -> int:
         """Text index of the last text copy."""
         return self.stop - self.length
-
-
-_GETTERS: dict[type, attrgetter[tuple[object, ...]]] = {}
-
-
-def _plain(op: Op) -> tuple[object, ...]:
-    """An op's fields other than its dependencies (the getter is built once per type)."""
-    t = type(op)
-    get = _GETTERS.get(t)
-    if get is None:
-        names = [f.name for f in fields(t) if f.name not in ("deps", "target")]
-        get = _GETTERS[t] = attrgetter(*names, "__class__")
-    return get(op)
-
-
-def _issue_cost(cp: CompiledProgram, i: int) -> int:
-    return cp.issue_ps[i] - (cp.issue_ps[i - 1] if i > 0 else 0)
-
-
-def _same_compiled(cp: CompiledProgram, a: int, b: int) -> bool:
-    """Ops a and b compile alike (kind, stream, duration, host cost, collective)."""
-    ca, cb = cp.comm[a], cp.comm[b]
-    return (
-        cp.kind[a] == cp.kind[b]
-        and cp.stream[a] == cp.stream[b]
-        and cp.dur_ps[a] == cp.dur_ps[b]
-        and _issue_cost(cp, a) == _issue_cost(cp, b)
-        and (ca is None) == (cb is None)
-        and (
-            ca is None
-            or (ca.group, ca.kind, ca.nbytes, ca.root, ca.algorithm, ca.peer)
-            == (cb.group, cb.kind, cb.nbytes, cb.root, cb.algorithm, cb.peer)  # type: ignore[union-attr]
-        )
-    )
 
 
 def _classify(d0: int, start: int, length: int) -> tuple[int, int, int]:
@@ -138,15 +102,13 @@ def _rules(
     return tuple(out)
 
 
-def _signature(program: Program, seg: Segment) -> list[tuple[object, ...]]:
-    return [_plain(op) for op in program.ops[seg.start : seg.stop]]
-
-
 def _runs(program: Program, cp: CompiledProgram) -> list[list[Segment]]:
-    """Maximal runs of adjacent identical segments with one key."""
+    """Maximal runs of adjacent identical segments with one key: ops alike but for their
+    dependencies (`CompiledProgram.sig`: fields, hence kind, stream, host cost and
+    collective) with the same durations (the overlap stretch is per op)."""
     segs = sorted(program.segments, key=lambda s: s.start)
     runs: list[list[Segment]] = []
-    first_sig: list[tuple[object, ...]] = []
+    sig, dur = cp.sig, cp.dur_ps
     for seg in segs:
         if seg.stop <= seg.start:
             continue
@@ -157,16 +119,12 @@ def _runs(program: Program, cp: CompiledProgram) -> list[list[Segment]]:
                 seg.key == prev.key
                 and seg.start == prev.stop
                 and seg.stop - seg.start == head.stop - head.start
-                and all(
-                    _same_compiled(cp, head.start + x, seg.start + x)
-                    for x in range(seg.stop - seg.start)
-                )
-                and _signature(program, seg) == first_sig
+                and sig[seg.start : seg.stop] == sig[head.start : head.stop]
+                and dur[seg.start : seg.stop] == dur[head.start : head.stop]
             ):
                 run.append(seg)
                 continue
         runs.append([seg])
-        first_sig = _signature(program, seg)
     return runs
 
 

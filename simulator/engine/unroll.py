@@ -19,8 +19,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from simulator.engine.compiled import COLL, CommInfo, CompiledProgram
-from simulator.engine.regions import INSIDE, PREV, Region
+from simulator.engine.regions import CONST, INSIDE, PREV, Region
 
 
 class RankStreams(Protocol):
@@ -121,6 +123,7 @@ class Unrolled:
         self.text_index = []
         self.complete = False
         self._bodies: dict[int, _Body] = {}
+        self._later: dict[int, tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]] = {}
         self._tmap = [-1] * cp.num_ops
         self._cpu = 0
         self._ordinals: dict[OrdinalKey, int] = {}
@@ -219,16 +222,15 @@ class Unrolled:
         prev = run.copy_starts[-1] if k else -1
         run.copy_starts.append(base)
         body = self._body(run)
-        tmap = self._tmap
-        deps = [
-            tuple(
-                base + value
-                if kind == INSIDE
-                else ((tmap[value] if prev < 0 else prev + offset) if kind == PREV else tmap[value])
-                for kind, value, offset in rules
-            )
-            for rules in reg.rules
-        ]
+        if prev < 0:  # the first copy: what precedes it is the text's
+            tmap = self._tmap
+            deps = [
+                tuple(base + value if kind == INSIDE else tmap[value] for kind, value, _ in rules)
+                for rules in reg.rules
+            ]
+        else:
+            assert prev == base - reg.length  # copies are unrolled back to back
+            deps = self._later_deps(run, base)
         self.deps.extend(deps)
         self.kind.extend(body.kind)
         self.stream.extend(body.stream)
@@ -256,6 +258,34 @@ class Unrolled:
         self.text_index.extend(range(first, first + reg.length))
         self._after_growth(base)
         return set(body.stream_offsets)
+
+    def _later_deps(self, run: RegionRun, base: int) -> list[tuple[int, ...]]:
+        """Dependencies of a copy after the first, at unrolled index `base`. Copies are
+        unrolled back to back (the previous one starts at base - length), so every
+        dependency is base + a constant (inside the copy, or in the previous one) or a
+        fixed op before the region (unrolled before its first copy): one vector sum."""
+        got = self._later.get(run.index)
+        if got is None:
+            reg, tmap = run.region, self._tmap
+            flat: list[int] = []
+            rel: list[int] = []
+            bounds: list[tuple[int, int]] = []
+            for rules in reg.rules:
+                a = len(flat)
+                for kind, value, offset in rules:
+                    if kind == INSIDE:
+                        flat.append(value)
+                    elif kind == PREV:
+                        flat.append(offset - reg.length)
+                    else:
+                        flat.append(tmap[value])
+                    rel.append(kind != CONST)
+                bounds.append((a, len(flat)))
+            got = (np.array(flat, dtype=np.int64), np.array(rel, dtype=np.int64), bounds)
+            self._later[run.index] = got
+        flat_a, rel_a, bounds = got
+        vals = (flat_a + rel_a * base).tolist()
+        return [tuple(vals[a:b]) for a, b in bounds]
 
     def _body(self, run: RegionRun) -> _Body:
         """The compiled body of a region, sliced once for bulk unrolling."""

@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from simulator.network.maxmin import max_min_rates
+from simulator.network.rows import link_index
 
 SEARCH_STEPS = 48  # ternary-search iterations: (2/3)^48 ~ 4e-9 of the unit interval
 ROUNDS = 2  # best-response rounds among concurrent bundles
@@ -129,11 +130,11 @@ def _max_min(
 
 
 def _family_usage(
-    phases: Sequence[AdaptivePhase], members: list[int]
+    phases: Sequence[AdaptivePhase], members: list[int], num_links: int
 ) -> tuple[np.ndarray, SplitUsage]:
     """The union of a family's links and its summed minimal / Valiant usages."""
     links = np.concatenate([phases[i].links for i in members])
-    uniq, inverse = np.unique(links, return_inverse=True)
+    uniq, inverse = link_index(links, num_links)
     minimal = np.zeros(uniq.shape[0])
     valiant = np.zeros(uniq.shape[0])
     at = 0
@@ -163,7 +164,7 @@ def solve(phases: Sequence[AdaptivePhase], capacity: np.ndarray) -> np.ndarray:
         fam = phases[i].family
         by_family.setdefault(("coflow", i) if fam is None else fam, []).append(i)
     families = list(by_family.values())
-    usage = [_family_usage(phases, members) for members in families]
+    usage = [_family_usage(phases, members, capacity.shape[0]) for members in families]
     fixed = [i for i, ph in enumerate(phases) if ph.split is None]
     links = [u[0] for u in usage] + [phases[i].links for i in fixed]
 

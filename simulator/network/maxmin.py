@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.network.rows import link_index
+
 REL_TOL = 1e-12
 
 
@@ -39,7 +41,7 @@ def max_min_rates(
     if coflow.size == 0:
         rates[:] = np.inf
         return rates
-    links_u, link_idx = np.unique(link, return_inverse=True)
+    links_u, link_idx = link_index(link, capacity.shape[0])
     cap0 = capacity[links_u].astype(np.float64)
     cap = cap0.copy()
     has_links = np.zeros(num_coflows, dtype=bool)
@@ -47,18 +49,20 @@ def max_min_rates(
     frozen = ~has_links
     rates[~has_links] = np.inf
     nlinks = links_u.shape[0]
+    # the entries of unfrozen coflows, dropped as their coflows freeze (kept in order, so
+    # every load is the same sum in the same order as over all entries masked)
+    cf, li, ct = coflow, link_idx, count
     while not frozen.all():
-        live = ~frozen[coflow]
-        load = np.bincount(link_idx[live], weights=count[live], minlength=nlinks)
+        live = ~frozen[cf]
+        if not live.all():
+            cf, li, ct = cf[live], li[live], ct[live]
+        load = np.bincount(li, weights=ct, minlength=nlinks)
         used = load > 0
         if not used.any():
             break
-        share = np.full(nlinks, np.inf)
-        share[used] = cap[used] / load[used]
-        inc = float(share.min())
+        inc = float((cap[used] / load[used]).min())
         rates[~frozen] += inc
         cap -= inc * load
         saturated = used & (cap <= REL_TOL * cap0)
-        hit = saturated[link_idx] & live
-        frozen[coflow[hit]] = True
+        frozen[cf[saturated[li]]] = True
     return rates

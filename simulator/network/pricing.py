@@ -14,8 +14,8 @@ patterns thousands of times.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
-from itertools import permutations
+from dataclasses import dataclass, field
+from itertools import count, permutations
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -24,6 +24,7 @@ from simulator.errors import CostModelError
 from simulator.network.adaptive import SplitUsage, best_split
 from simulator.network.adaptive import solve as solve_shares
 from simulator.network.params import NetworkParams
+from simulator.network.rows import link_index, unique_rows
 from simulator.network.schedules import (
     ALGORITHMS,
     Layout,
@@ -45,6 +46,23 @@ BIND_CHUNK_FLOWS = 1 << 15
 # NCCL's tuning model (src/graph/tuning.cc): tree all-reduce algorithm bandwidth is
 # 0.92 (its model refinement) x 0.5 (each of the two trees carries half) of the bus bandwidth
 NCCL_TREE_RATIO = 0.92 * 0.5
+
+
+_Usage = tuple[np.ndarray, np.ndarray, SplitUsage | None, float, float, tuple[float, float], bool]
+"""A phase's routed usage: (links, counts, adaptive split, minimal share alone, slowest
+route rate, (node-local, inter-node) worst latencies, crosses nodes)."""
+
+
+_Sparse = tuple[np.ndarray, np.ndarray]
+"""Per-link values on a few links: (link ids ascending, values)."""
+
+
+def _array_key(a: np.ndarray | None) -> tuple[str, bytes] | None:
+    """An exact hashable key of a 1-D array (dtype and contents)."""
+    return None if a is None else (a.dtype.str, np.ascontiguousarray(a).tobytes())
+
+
+_PHASE_SERIAL = count()
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +102,9 @@ class BoundPhase:
     # however instances are bundled: adaptive routing decides per family and a family
     # advances at one rate, as the symmetric mode's lockstep instances do
     family: Hashable = None
+    # creation order: the runtime orders a component's coflows by it, so float sums over
+    # them (link loads, per-link bytes) do not depend on where objects sit in memory
+    serial: int = field(default_factory=lambda: next(_PHASE_SERIAL))
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,10 +172,13 @@ class CollectivePricer:
             topology.metadata.get("routing") == "adaptive" and fabric.get("kind") == "dragonfly"
         )
         self._minimal = "ecmp" if self.adaptive else None
-        self._gpu_at: dict[tuple[int, int], int] = {
-            (int(nd), int(lc)): g
-            for g, (nd, lc) in enumerate(zip(self.gpu_node, self.gpu_local, strict=True))
-        }
+        self._gpu_at: dict[tuple[int, int], int] = dict(
+            zip(
+                zip(self.gpu_node.tolist(), self.gpu_local.tolist(), strict=True),
+                range(self.gpu_node.shape[0]),
+                strict=True,
+            )
+        )
         self._bw_list: list[float] = self.bandwidth_Bps.tolist()
         self._lat_list: list[float] = np.asarray(self.latency_s, dtype=np.float64).tolist()
         lpn = cast("int | None", topology.metadata.get("links_per_node"))
@@ -173,6 +197,9 @@ class CollectivePricer:
         self._cycles_cache: dict[tuple[int, ...], list[list[int]]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
+        self._classes_cache: dict[tuple[tuple[int, ...], str, bytes], dict[Layout, np.ndarray]] = {}
+        self._table_ids: dict[tuple[tuple[int, ...], str, bytes], int] = {}
+        self._usage_cache: dict[Hashable, _Usage] = {}
         # one instance's shared rate per (canonical instance, phase): many collectives
         # (layout classes, algorithms' repeated phases, groups of the same shape) repeat it
         self._alone_cache: dict[Hashable, float] = {}
@@ -206,13 +233,22 @@ class CollectivePricer:
 
     def layout_classes(self, instances: np.ndarray) -> dict[Layout, np.ndarray]:
         """Instance rows grouped by layout (vectorised: rows with the same node offsets
-        and local indices share a layout)."""
+        and local indices share a layout). Cached on the table's contents: the tuner
+        groups the same table once per candidate and per message size."""
+        if instances.shape[0] <= 1:
+            return self._layout_classes(instances)
+        ck = (instances.shape, instances.dtype.str, np.ascontiguousarray(instances).tobytes())
+        hit = self._classes_cache.get(ck)
+        if hit is None:
+            hit = self._classes_cache[ck] = self._layout_classes(instances)
+        return hit
+
+    def _layout_classes(self, instances: np.ndarray) -> dict[Layout, np.ndarray]:
         nodes = self.gpu_node[instances]
         key = np.concatenate([nodes - nodes[:, :1], self.gpu_local[instances]], axis=1)
         if (key == key[:1]).all():  # the common case: every instance laid out alike
             return {self.layout(instances[0]): np.arange(instances.shape[0])}
-        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        first, inverse = unique_rows(key)
         out: dict[Layout, list[np.ndarray]] = {}
         for cls in np.argsort(first, kind="stable").tolist():
             rows = np.flatnonzero(inverse == cls)
@@ -256,30 +292,39 @@ class CollectivePricer:
             return result
         routes = self._cycle_routes(gpus)
         cycles = [(0, *perm) for perm in permutations(range(1, m))]
-        usage: list[dict[int, int]] = []
-        for cyc in cycles:
-            use: dict[int, int] = {}
-            for a, b in zip(cyc, cyc[1:] + cyc[:1], strict=True):
-                for link in routes[(a, b)]:
-                    use[link] = use.get(link, 0) + 1
-            usage.append(use)
-        residual = {link: self._bw_list[link] for use in usage for link in use}
+        # every cycle's flows per link as one matrix (cycles x links): the (m - 1)! cycles
+        # of an 8-GPU node are 5,040, too many to price link by link in Python
+        ids = sorted({link for route in routes.values() for link in route})
+        column = {link: c for c, link in enumerate(ids)}
+        edge = np.zeros((m, m, len(ids)), dtype=np.int64)
+        for (a, b), route in routes.items():
+            for link in route:
+                edge[a, b, column[link]] += 1
+        order = np.asarray(cycles, dtype=np.int64)
+        usage = edge[order, np.roll(order, -1, axis=1)].sum(axis=1)
+        used = usage > 0
+        residual = np.asarray([self._bw_list[link] for link in ids], dtype=np.float64)
         chosen: list[list[int]] = []
         slowest = float("inf")
         for _ in range(m):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rates = np.where(used, residual[None, :] / usage, np.inf).min(axis=1)
+            # the first cycle faster than the best so far by more than 1e-12, in cycle
+            # order, as a scan would take it (earlier cycles stay below a rising bar)
             best_i, best_rate = -1, 0.0
-            for ci, use in enumerate(usage):
-                rate = min(residual[link] / n for link, n in use.items())
-                if rate > best_rate * (1 + 1e-12):
-                    best_i, best_rate = ci, rate
+            while True:
+                faster = np.flatnonzero(rates > best_rate * (1 + 1e-12))
+                if faster.size == 0:
+                    break
+                best_i, best_rate = int(faster[0]), float(rates[faster[0]])
             if best_i < 0 or (
                 chosen and (len(chosen) + 1) * min(slowest, best_rate) <= len(chosen) * slowest
             ):
                 break
             chosen.append(list(cycles[best_i]))
             slowest = min(slowest, best_rate)
-            for link, n in usage[best_i].items():
-                residual[link] -= best_rate * n
+            row = used[best_i]
+            residual[row] -= best_rate * usage[best_i, row]
         self._cycles_cache[key] = chosen
         return chosen
 
@@ -465,11 +510,18 @@ class CollectivePricer:
         dst: np.ndarray,
         share: np.ndarray | None,
         policy: str | None = None,
-    ) -> tuple[np.ndarray, float, tuple[float, float], bool]:
-        """Flow multiplicity per link (dense over all links) of a phase's flows, with
-        their slowest rate, worst (node-local, inter-node) latencies and whether any
-        leaves its node; routed in chunks so a huge group's paths never all sit in memory."""
-        dense = np.zeros(self.num_links)
+    ) -> tuple[_Sparse, float, tuple[float, float], bool]:
+        """Flow multiplicity per link of a phase's flows (the links with a nonzero sum,
+        ascending, and the sums), with their slowest rate, worst (node-local, inter-node)
+        latencies and whether any leaves its node; routed in chunks so a huge group's
+        paths never all sit in memory.
+
+        Sparse, not a dense array over every link: a 131,072-GPU machine has 1.3 M links
+        and a phase touches a few thousand, so the dense zeros, bincount and nonzero scan
+        cost more than the routing of a small phase. The sums are the dense ones bit for
+        bit: per chunk each link's weights add in flow order (bincount over the chunk's
+        link indices), and chunks add in order onto zero."""
+        parts: list[_Sparse] = []
         rate, near, far, inter = float("inf"), 0.0, 0.0, False
         for lo in range(0, max(src.shape[0], 1), BIND_CHUNK_FLOWS):
             hi = lo + BIND_CHUNK_FLOWS
@@ -478,43 +530,87 @@ class CollectivePricer:
                 src[lo:hi], dst[lo:hi], part, policy
             )
             if links.size:
-                dense += np.bincount(links, weights=w, minlength=self.num_links)
+                ids, index = link_index(links, self.num_links)
+                parts.append((ids, np.bincount(index, weights=w, minlength=ids.shape[0])))
             rate, near, far, inter = min(rate, rt), max(near, ln), max(far, lf), inter or it
-        return dense, rate, (near, far), inter
+        return self._sum_sparse(parts), rate, (near, far), inter
+
+    def _sum_sparse(self, parts: list[_Sparse]) -> _Sparse:
+        """The sum of sparse per-link loads, added in order onto zero, zero sums dropped
+        (what a dense accumulation and its nonzero entries give)."""
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if len(parts) == 1:
+            ids, total = parts[0]
+        else:
+            ids, index = link_index(np.concatenate([p[0] for p in parts]), self.num_links)
+            total = np.zeros(ids.shape[0])
+            at = 0
+            for p_ids, p_sums in parts:  # a part's ids are distinct: no repeated index
+                total[index[at : at + p_ids.shape[0]]] += p_sums
+                at += p_ids.shape[0]
+        keep = total != 0
+        return (ids, total) if keep.all() else (ids[keep], total[keep])
 
     def _usage(
         self,
         src: np.ndarray,
         dst: np.ndarray,
         share: np.ndarray | None,
-        dense: np.ndarray,
+        minimal: _Sparse,
         inter: bool,
     ) -> tuple[np.ndarray, np.ndarray, SplitUsage | None, float]:
         """(links, flow multiplicity per link, adaptive split, minimal share alone) of a
-        phase whose minimal-route usage is `dense`: under adaptive routing a phase that
+        phase whose minimal-route usage is `minimal`: under adaptive routing a phase that
         crosses the fabric also gets its all-Valiant usage and the split it takes alone
         (O(flows + links): no sort of millions of entries)."""
+        links, counts = minimal
         if self.adaptive and inter:
-            valiant, _, _, _ = self._link_loads(src, dst, share, "valiant")
-            if not np.array_equal(dense, valiant):
-                uniq = np.flatnonzero(dense + valiant)
-                split = SplitUsage(dense[uniq], valiant[uniq])
+            (v_links, v_counts), _, _, _ = self._link_loads(src, dst, share, "valiant")
+            if not (np.array_equal(links, v_links) and np.array_equal(counts, v_counts)):
+                ids, index = link_index(np.concatenate([links, v_links]), self.num_links)
+                n = links.shape[0]
+                mini, vali = np.zeros(ids.shape[0]), np.zeros(ids.shape[0])
+                mini[index[:n]] = counts
+                vali[index[n:]] = v_counts
+                keep = (mini + vali) != 0
+                uniq = ids[keep]
+                split = SplitUsage(mini[keep], vali[keep])
                 x = best_split(split, self.bandwidth_Bps[uniq])
                 return uniq, split.mixture(x), split, x
-        uniq = np.flatnonzero(dense)
-        return uniq, dense[uniq], None, 1.0
+        return links, counts, None, 1.0
 
-    def _phase_usage(
-        self, instances: np.ndarray, rows: np.ndarray, ph: Phase
-    ) -> tuple[np.ndarray, np.ndarray, SplitUsage | None, float, float, tuple[float, float], bool]:
+    def _phase_usage(self, table: np.ndarray, ph: Phase) -> _Usage:
         """(links, counts, adaptive split, its share alone, slowest route rate, (near,
-        far) route latencies, crosses nodes) of one schedule phase over instance `rows`."""
-        src = instances[np.ix_(rows, ph.src)].ravel()
-        dst = instances[np.ix_(rows, ph.dst)].ravel()
-        share = None if ph.share is None else np.tile(ph.share, len(rows))
-        dense, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
-        uniq, counts, split, split_x = self._usage(src, dst, share, dense, inter)
+        far) route latencies, crosses nodes) of one schedule phase over the instances of
+        `table` (rows of GPU indices)."""
+        src = table[:, ph.src].ravel()
+        dst = table[:, ph.dst].ravel()
+        share = None if ph.share is None else np.tile(ph.share, table.shape[0])
+        loads, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
+        uniq, counts, split, split_x = self._usage(src, dst, share, loads, inter)
         return uniq, counts, split, split_x, rate, lat, inter
+
+    def _table_id(self, table: np.ndarray) -> int:
+        """A small id per distinct instance table (its shape and GPU indices, compared in
+        full): the key under which its phases' usages are cached."""
+        key = (table.shape, table.dtype.str, table.tobytes())
+        got = self._table_ids.get(key)
+        if got is None:
+            got = self._table_ids[key] = len(self._table_ids)
+        return got
+
+    def _cached_usage(self, table: np.ndarray, table_id: int, ph: Phase) -> _Usage:
+        """`_phase_usage`, cached on what determines it: the instance table and the
+        phase's flows (positions and shares). Binding a layout class again (a symmetric
+        signature's subset of a group's instances, the run's activations of what the
+        tuner bound) or a phase with the same flows (ring all-reduce, reduce-scatter and
+        all-gather share one ring) reuses the routed usage instead of routing it again."""
+        key = (table_id, _array_key(ph.src), _array_key(ph.dst), _array_key(ph.share))
+        hit = self._usage_cache.get(key)
+        if hit is None:
+            hit = self._usage_cache[key] = self._phase_usage(table, ph)
+        return hit
 
     def _canonical(self, gpus: np.ndarray) -> np.ndarray:
         """A 1 x p table: the instance moved to start at node 0 (same node offsets and
@@ -541,7 +637,7 @@ class CollectivePricer:
         )
         hit = self._alone_cache.get(key)
         if hit is None:
-            one = self._phase_usage(canonical, np.zeros(1, dtype=np.int64), ph)
+            one = self._phase_usage(canonical, ph)
             hit = self._alone_cache[key] = self._shared_rate(one[0], one[1])
         return hit
 
@@ -550,9 +646,11 @@ class CollectivePricer:
     ) -> Bundle:
         phases: list[BoundPhase] = []
         canonical = self._canonical(instances[rows[0]])
+        table = np.ascontiguousarray(instances[rows])
+        table_id = self._table_id(table)
         for i, ph in enumerate(schedule.phases):
-            uniq, counts, split, split_x, rate, (near, far), inter = self._phase_usage(
-                instances, rows, ph
+            uniq, counts, split, split_x, rate, (near, far), inter = self._cached_usage(
+                table, table_id, ph
             )
             if not inter:
                 crossing = 0

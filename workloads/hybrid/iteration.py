@@ -18,6 +18,7 @@ from workloads.graph import Program
 from workloads.hybrid.program import StageEmitter
 from workloads.hybrid.schedule import Pass, schedule, steady_units
 from workloads.hybrid.setup import HybridSetup
+from workloads.hybrid.templates import PassTemplates
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
 from workloads.transformer import optimizer_step
@@ -113,9 +114,13 @@ def build_stage_program(spec: TransformerSpec, setup: HybridSetup, stage: int) -
     return e.b.build()
 
 
-def _emit_passes(e: StageEmitter, passes: list[Pass]) -> None:
+def _emit_passes(
+    e: StageEmitter, passes: list[Pass], templates: PassTemplates | None = None
+) -> None:
     for ps in passes:
-        if ps.kind == "F":
+        if templates is not None:
+            templates.emit(ps)
+        elif ps.kind == "F":
             e.forward_pass(ps)
         else:
             e.backward_pass(ps)
@@ -154,16 +159,19 @@ def _pipeline_items(
 
 def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> None:
     """Warm-up passes, steady units, cool-down passes, each a segment. Compressed: once an
-    item repeats the one before it, one item stands for the following regular ones of its
-    kind (Segment.repeat), so a stage's program holds its distinct work only."""
+    item repeats the one before it, that second item stands for itself and the following
+    regular ones of its kind (Segment.repeat), so a stage's program holds its distinct
+    work only. (The emitter's state is periodic from then on: emitting one more item to
+    carry the repeat gave the second item shifted, tests/test_pipeline_compression.py.)"""
     items = _pipeline_items(passes, setup, e.last_index)
+    templates = PassTemplates(e)
     prev: tuple[int, int, str] | None = None  # (first op, length, key) of the last item
     k = 0
     while k < len(items):
         (a, b), key, regular = items[k]
         start = len(e.b.ops)
         e.b.begin_segment(key)
-        _emit_passes(e, passes[a:b])
+        _emit_passes(e, passes[a:b], templates)
         e.b.end_segment()
         here = (start, len(e.b.ops) - start, key)
         k += 1
@@ -180,10 +188,9 @@ def _emit_pipeline(e: StageEmitter, passes: list[Pass], setup: HybridSetup) -> N
             while stop < len(items) and items[stop][2] and items[stop][1] == key:
                 stop += 1
             if stop > k:
-                (a, b), _, _ = items[k]
-                e.b.begin_segment(key, stop - k)
-                _emit_passes(e, passes[a:b])
-                e.b.end_segment()
+                # the emitter's state after this item is its state after the copies it
+                # stands for, shifted: what follows is emitted as after the last copy
+                e.b.repeat_last_segment(1 + stop - k)
                 k = stop
             prev = None
             continue
