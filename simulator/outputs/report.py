@@ -246,7 +246,7 @@ def build_report(
 ) -> Report:
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
-    critical = max(tl.ranks, key=lambda r: float(tl.rank(r).end_s.max(initial=0.0)))
+    critical = max(tl.ranks, key=tl.rank_end_s)
     rank_tl = tl.rank(critical)
     bd = with_skipped_periods(rank_tl, rank_warps(tl, critical))
     t = result.iteration_time_s
