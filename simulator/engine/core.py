@@ -439,9 +439,9 @@ class Engine:
     def _drain(self) -> None:
         work = self.work
         advance = self._advance
+        popleft = work.popleft
         while work:
-            r, s = work.popleft()
-            advance(r, s)
+            advance(*popleft())
         if self.progress is not None and self.processed >= self.next_report:
             self.next_report = self.processed + 20000
             self.progress(self.processed, self.ops_total, self.env.now / PS_PER_S)
@@ -477,7 +477,8 @@ class Engine:
                         free = end[i] = t + dur[i]
                         pos += 1
                         if i in waiters:
-                            self.work.extend([(r, x) for x in waiters.pop(i)])
+                            for x in waiters.pop(i):  # a loop: no list to build
+                                self.work.append((r, x))
                         continue
                     start[i] = t
                     r.inflight[s] = i
@@ -643,7 +644,8 @@ class Engine:
             if r is watcher or r.prog.kind[i] != COLL or not self._blocked(r, s, pos):
                 append((r, s))
             if i in waiters:
-                work.extend([(r, x) for x in waiters.pop(i)])
+                for x in waiters.pop(i):
+                    append((r, x))
         self.processed += len(parts)
         self._drain()
 
