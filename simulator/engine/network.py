@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import simpy
@@ -34,7 +35,8 @@ LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an i
 Tag = tuple[object, ...] | None
 """What a scheduled event does, for state comparison: ('begin', act), ('phase', act,
 bundle, index), ('stage', act, bundle, index), ('reprice',), ('check', component,
-version), ('done', act); None for observers that change nothing."""
+version), ('checks', (component, version), ...) (checks due together, run in that
+order), ('done', act); None for observers that change nothing."""
 
 
 class _Call(simpy.Event):
@@ -71,7 +73,14 @@ def call_at(
 def queued_events(env: simpy.Environment) -> list[tuple[int, int, Tag]]:
     """(time, priority, tag) of every scheduled event in the order simpy will run them."""
     queue: list[tuple[int, int, int, object]] = env._queue  # type: ignore[assignment] # simpy 4's heap (private)
-    return [(t, p, getattr(ev, "tag", None)) for t, p, _, ev in sorted(queue, key=_order)]
+    out: list[tuple[int, int, Tag]] = []
+    for t, p, _, ev in sorted(queue, key=_order):
+        tag = getattr(ev, "tag", None)
+        if tag is not None and tag[0] == "checks":  # checks sharing one event, in order
+            out.extend((t, p, ("check", *pair)) for pair in tag[1:])
+        else:
+            out.append((t, p, tag))
+    return out
 
 
 def _order(entry: tuple[int, int, int, object]) -> tuple[int, int, int]:
@@ -495,10 +504,39 @@ class ContentionNetwork:
     def _reprice(self) -> None:
         self.reprice_pending = False
         dirty, self.dirty = self.dirty, {}
+        due: dict[int, list[tuple[_Component, int]]] = {}
         for comp in dirty.values():
-            self._solve_component(comp)
+            dt_ps = self._solve_component(comp)
+            if dt_ps >= 0:
+                got = due.get(dt_ps)
+                if got is None:
+                    due[dt_ps] = [(comp, comp.version)]
+                else:
+                    got.append((comp, comp.version))
+        # One event per due time for the components' checks, run in solve order. Why: a
+        # full-mode run solves many like components at one instant (every instance of a
+        # collective starting together) whose checks fall due together. Exact: checks
+        # scheduled here would take consecutive simpy ids, so checks due at one time
+        # would run one after the other with nothing between (the engine schedules no
+        # urgent events); queued_events lists them one by one, as separate events.
+        env = self.env
+        for dt_ps, checks in due.items():
+            self.stats.simpy_events += 1
+            if len(checks) == 1:
+                comp, version = checks[0]
+                fn: Callable[[], None] = partial(self._check, comp, version)
+                tag: Tag = ("check", comp, version)
+            else:
+                fn = partial(self._checks, checks)
+                tag = ("checks", *checks)
+            env.schedule(_Call(env, fn, tag), 1, dt_ps)  # type: ignore[arg-type]
 
-    def _solve_component(self, comp: _Component) -> None:
+    def _checks(self, checks: list[tuple[_Component, int]]) -> None:
+        for comp, version in checks:
+            self._check(comp, version)
+
+    def _solve_component(self, comp: _Component) -> int:
+        """Solve the component's rates; the delay (ps) of its next check, -1 for none."""
         self._progress(comp)
         members = comp.members
         if len(members) == 1:  # most components of a full-mode run: no sort, no generator
@@ -519,13 +557,8 @@ class ContentionNetwork:
             if r > 0:
                 next_dt = min(next_dt, c.remaining / r)
         if next_dt is math.inf:
-            return
-        dt_ps = max(0, math.ceil(next_dt * PS_PER_S - 1e-6))
-        version = comp.version
-        self.stats.simpy_events += 1  # self._after, inlined (one per solve)
-        env = self.env
-        call = _Call(env, lambda: self._check(comp, version), ("check", comp, version))
-        env.schedule(call, 1, dt_ps)  # type: ignore[arg-type]
+            return -1
+        return max(0, math.ceil(next_dt * PS_PER_S - 1e-6))
 
     def _solve(self, members: list[_Coflow]) -> np.ndarray:
         # adaptive-routed phases choose their minimal share by load (network/adaptive.py)
