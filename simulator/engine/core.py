@@ -110,7 +110,7 @@ MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
 # Measured on the 2-core development machine (bench/distinct_work.py, full mode GPT-80B
 # on 1,024 Perlmutter GPUs: 13.0 M op instances, 42.3 CPU s, peak RSS 0.41 GiB): 3.2 us
 # and ~34 bytes per op instance (RSS including the interpreter), so 2^26 bound a run near
-# 4 minutes and 2.3 GB; the largest full-mode bench case (4,096 GPUs) simulates 38 M.
+# 4 minutes and 2.3 GB.
 MAX_SIMULATED_OPS = 2**26
 
 
