@@ -78,7 +78,7 @@ def intersection_length(
     gain = gain[gain > 0]
     # add.accumulate adds in order (a pairwise `sum` would round differently); a numpy
     # float like the loop's sum
-    return np.add.accumulate(gain)[-1] if gain.size else 0.0  # type: ignore[no-any-return]
+    return np.add.accumulate(gain)[-1] if gain.size else 0.0
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,8 @@ def _codes(col: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
     names = sorted({str(v) for v in set(values)})
     index = {n: i for i, n in enumerate(names)}
     by_value = {v: index[str(v)] for v in set(values)}
-    return np.fromiter((by_value[v] for v in values), np.int64, len(values)), tuple(names)
+    codes = np.array(list(map(by_value.__getitem__, values)), dtype=np.int64).reshape(-1)
+    return codes, tuple(names)
 
 
 def _present(codes: np.ndarray, names: tuple[str, ...]) -> list[tuple[str, int]]:
