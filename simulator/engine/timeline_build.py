@@ -28,10 +28,15 @@ def _objects(values: list[str]) -> np.ndarray:
 
 
 def _text_columns(cp: CompiledProgram) -> dict[str, np.ndarray]:
-    """Columns of the text's ops: one pass appending to lists, then one array per column
-    (numpy item assignment per op cost more than the reads; the values are the same)."""
-    ops = cp.program.ops
-    n = len(ops)
+    """Columns of the text's ops. They are read from one op per compile signature
+    (`CompiledProgram.sig`: ops with one signature have equal fields other than their
+    dependencies, and no column reads those), appended to lists, and spread to every op
+    by the signature: the values of a pass over every op, for the distinct ops' cost."""
+    n = len(cp.program.ops)
+    sig = np.asarray(cp.sig if len(cp.sig) == n else range(n), dtype=np.int64)
+    # one row per distinct signature (its first op); `row[i]` is op i's
+    _, first, row = np.unique(sig, return_index=True, return_inverse=True)
+    ops = [cp.program.ops[i] for i in first.tolist()]
     gap = cp.launch_ps / PS_PER_S
     names: list[str] = []
     phases: list[str] = []
@@ -70,14 +75,14 @@ def _text_columns(cp: CompiledProgram) -> dict[str, np.ndarray]:
     )
     return {
         "issue_s": np.asarray(cp.issue_ps, dtype=np.float64) / PS_PER_S,
-        "launch_s": np.array(launch, dtype=np.float64),
+        "launch_s": np.array(launch, dtype=np.float64)[row],
         "interference_s": stretch,
-        "name": _objects(names),
-        "kind": _objects(kinds),
-        "group": _objects(groups),
-        "phase": _objects(phases),
-        "bytes": np.array(nbytes, dtype=np.float64),
-        "flops": np.array(flops, dtype=np.float64),
+        "name": _objects(names)[row],
+        "kind": _objects(kinds)[row],
+        "group": _objects(groups)[row],
+        "phase": _objects(phases)[row],
+        "bytes": np.array(nbytes, dtype=np.float64)[row],
+        "flops": np.array(flops, dtype=np.float64)[row],
         "stream": streams,
     }
 
