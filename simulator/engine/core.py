@@ -31,7 +31,6 @@ import simpy
 from simulator.cost.model import CostModel
 from simulator.engine.compiled import (
     COLL,
-    COMPUTE,
     PS_PER_S,
     SEND,
     WAIT,
@@ -229,6 +228,7 @@ class Engine:
         self.pending: dict[tuple[object, ...], _Pending] = {}
         self.work: deque[tuple[_Rank, int]] = deque()
         self.instances_cache: dict[Hashable, tuple[Hashable, np.ndarray]] = {}
+        self.launch_cache: dict[Hashable, tuple[Hashable, np.ndarray, str | None]] = {}
         self.group_gpus: dict[str, np.ndarray] = {}  # every instance of a group kind, as GPUs
         self.processed = 0
         self.skipped = 0
@@ -480,8 +480,7 @@ class Engine:
                         lst.append(s)
                     n = -1  # stop: blocked
                     break
-                k = kind[i]
-                if k in (COMPUTE, WAIT):
+                if kind[i] <= WAIT:  # COMPUTE or WAIT: a known duration
                     e = t + dur[i]
                     start[i] = t
                     end[i] = e
@@ -504,6 +503,14 @@ class Engine:
             if n < 0 or prog.complete:
                 break
             r.pos[s], r.free[s] = pos, free
+            parked = prog.parked.get(s)
+            if parked is not None:
+                # another rank of this program already waits for this stream's next ops
+                # and nothing unrolled since gave it any: unrolling again now would build
+                # copies ahead of every rank (in full mode one per rank, so every copy
+                # before the periodic prover could skip any); wait with it instead
+                parked.append(r)
+                break
             if not prog.need(r, s):  # parked until ops for this stream are unrolled
                 break
         r.pos[s], r.free[s] = pos, free
@@ -523,10 +530,12 @@ class Engine:
         return got
 
     def _arrive(self, r: _Rank, i: int, s: int, ready: int) -> None:
-        info = r.prog.comm[i]
+        prog = r.prog
+        info = prog.comm[i]
         assert info is not None
-        kc, expected, own = self._group_keys(r, info.group)
-        k = r.prog.kind[i]
+        got = r.groups.get(info.group)
+        kc, expected, own = got if got is not None else self._group_keys(r, info.group)
+        k = prog.kind[i]
         ordinal = info.ordinal
         if r.oshift:  # copies skipped before this op issued their collectives too
             ordinal += r.oshift.get(ordinal_key(info, k), 0)
@@ -541,16 +550,16 @@ class Engine:
                 if self.view.mode == "full"
                 else len({self._class_at(gv, kc, src), self._class_at(gv, kc, dst)})
             )
-        p = self.pending.get(key)
+        pending = self.pending
+        p = pending.get(key)
         if p is None:
-            p = _Pending()
-            self.pending[key] = p
+            p = pending[key] = _Pending()
         p.count += 1
         p.parts.append((r, i, s))
         if ready > p.ready:
             p.ready = ready
         if p.count == expected:
-            del self.pending[key]
+            del pending[key]
             self._launch(key, p, r, i)
 
     def _class_at(self, gv: object, kc: int, pos: int) -> int:
@@ -600,7 +609,14 @@ class Engine:
     def _launch(self, key: tuple[object, ...], p: _Pending, r: _Rank, i: int) -> None:
         info = r.prog.comm[i]
         assert info is not None
-        ikey, inst = self._instances(info.group, key)
+        # what the activation is priced by depends on the op and the instances, not on
+        # the ordinal (key[-1]): resolved once per (instances, op)
+        sk = (key[:-1], info.kind, info.nbytes, info.root, info.algorithm, info.peer)
+        got = self.launch_cache.get(sk)
+        if got is None:
+            ikey, inst = self._instances(info.group, key)
+            got = self.launch_cache[sk] = (ikey, inst, self._algorithm(info))
+        ikey, inst, algorithm = got
         start = p.ready
         if start < self.env.now:
             raise EngineError("internal error: a collective would start in the simulated past")
@@ -612,7 +628,7 @@ class Engine:
             key=ikey,
             on_done=launch,
             root=info.root,
-            algorithm=self._algorithm(info),
+            algorithm=algorithm,
             owner=launch,
         )
         launch.act = act
@@ -620,15 +636,17 @@ class Engine:
 
     def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:
         work = self.work
+        append = work.append
         for r, i, s in parts:
             r.end[i] = end
             r.sync[i] = start
             r.free[s] = end
             r.pos[s] += 1
             r.inflight[s] = -1
-            work.append((r, s))
-            if r.waiters:
-                waiting = r.waiters.pop(i, None)
+            append((r, s))
+            waiters = r.waiters
+            if waiters:
+                waiting = waiters.pop(i, None)
                 if waiting:
                     work.extend([(r, x) for x in waiting])
         self.processed += len(parts)
@@ -689,11 +707,21 @@ class Engine:
         def loader(rank: int):
             return self._records(by_rank[rank], cache)
 
+        def end_of(rank: int) -> float | None:
+            """The rank's latest record end as its records would give it (end_s is the
+            end array in seconds where the text is compressed), without building them."""
+            r = by_rank[rank]
+            if not r.prog.program.compressed:
+                return None
+            en = np.frombuffer(r.end, dtype=np.int64).astype(np.float64) / PS_PER_S
+            return float(en.max(initial=0.0))
+
         timeline = Timeline(
             ranks=tuple(sorted(by_rank)),
             world_size=self.graph.world_size,
             source="simulated",
             loader=loader,
+            end_of=end_of,
             representative=self.view.representative,
             link_bytes=self.stats.link_bytes(self.topology.num_links),
             metadata={"mode": self.view.mode, "network": self.cost.network, "warps": warps},

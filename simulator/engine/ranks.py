@@ -52,8 +52,13 @@ class RankState:
     warps: list[Warp] = field(default_factory=list)
 
 
-@dataclass(eq=False)
 class Pending:
-    count: int = 0
-    ready: int = 0
-    parts: list[tuple[RankState, int, int]] = field(default_factory=list)
+    """A rendezvous waiting for participants: how many arrived, the latest ready time and
+    who (rank, op, stream). A slotted class: one is built per collective instance."""
+
+    __slots__ = ("count", "parts", "ready")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ready = 0
+        self.parts: list[tuple[RankState, int, int]] = []

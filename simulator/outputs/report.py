@@ -266,7 +266,7 @@ def build_report(
 ) -> Report:
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
-    critical = max(tl.ranks, key=lambda r: float(tl.rank(r).end_s.max(initial=0.0)))
+    critical = max(tl.ranks, key=tl.rank_end_s)
     known: dict[int, RankBreakdown] = {}
     bd = rank_breakdown(tl, critical, known)
     t = result.iteration_time_s
