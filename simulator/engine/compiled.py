@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from itertools import accumulate, compress
 from operator import attrgetter
 from typing import Any
 
@@ -103,40 +104,41 @@ def compile_program(
     `overlap_slowdown` (one factor, or per kernel class)."""
     cache = duration_cache if duration_cache is not None else {}
     stream_index: dict[str, int] = {}
-    kinds: list[int] = []
-    streams: list[int] = []
-    deps: list[tuple[int, ...]] = []
-    base: list[int] = []
-    issue: list[int] = []
-    comms: list[CommInfo | None] = []
     counts: dict[object, int] = {}  # ordinal counters: per group, per (group, direction, peer)
     issue_fn = getattr(kernels, "issue_s", None)
     # what an op compiles to depends on its fields other than its dependencies: a pass
     # copied many times (pipelines) is compiled once (`_compile_op`)
-    memo: dict[tuple[object, ...], tuple[int, _Compiled]] = {}
+    memo: dict[tuple[object, ...], int] = {}
+    rows: list[_Compiled] = []
     sig: list[int] = []
-    cpu = 0
-    for op in program.ops:
+    ops = program.ops
+    for op in ops:  # distinct ops compiled in text order (streams numbered as met)
         key = plain_key(op)
         got = memo.get(key)
         if got is None:
-            c = _compile_op(op, key, kernels, issue_fn, slowdown, cache, stream_index)
-            got = memo[key] = (len(memo), c)
-        sig.append(got[0])
-        code, stream, cost, dur, proto = got[1]
-        streams.append(stream)
-        deps.append(op.deps if code != WAIT else (*op.deps, op.target))  # type: ignore[union-attr]
-        cpu += cost
-        issue.append(cpu)
-        kinds.append(code)
-        base.append(dur)
+            got = memo[key] = len(rows)
+            rows.append(_compile_op(op, key, kernels, issue_fn, slowdown, cache, stream_index))
+        sig.append(got)
+    # every op's columns are its signature's (C-level maps; the same Python ints)
+    kinds = list(map([r[0] for r in rows].__getitem__, sig))
+    streams = list(map([r[1] for r in rows].__getitem__, sig))
+    issue = list(accumulate(map([r[2] for r in rows].__getitem__, sig)))
+    base = list(map([r[3] for r in rows].__getitem__, sig))
+    deps = [op.deps for op in ops]
+    comms: list[CommInfo | None] = [None] * len(ops)
+    special = [r[0] == WAIT or r[4] is not None for r in rows]
+    # waits (their target is a dependency) and communication (ordinals), in text order
+    for i in compress(range(len(sig)), map(special.__getitem__, sig)):
+        code, _, _, _, proto = rows[sig[i]]
+        if code == WAIT:
+            op = ops[i]
+            deps[i] = (*op.deps, op.target)  # type: ignore[union-attr]
         if proto is None:
-            comms.append(None)
             continue
         counter, group, ckind, nbytes, root, algorithm, peer = proto
-        k = counts.get(counter, 0)
-        counts[counter] = k + 1
-        comms.append(CommInfo(group, k, ckind, nbytes, root, algorithm, peer))
+        n = counts.get(counter, 0)
+        counts[counter] = n + 1
+        comms[i] = CommInfo(group, n, ckind, nbytes, root, algorithm, peer)
     overlap = estimate_overlap(program, kinds, base, comms, comm_estimate)
     stretch = _stretch(program, overlap, overlap_slowdown)
     durs = [d + x for d, x in zip(base, stretch, strict=True)] if any(stretch) else base

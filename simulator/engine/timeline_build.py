@@ -20,50 +20,69 @@ from simulator.outputs.timeline import RankTimeline
 from workloads.ops import CollectiveOp, ComputeOp, RecvOp, SendOp
 
 
+def _objects(values: list[str]) -> np.ndarray:
+    """A 1-d object array of the values (np.array would make a string array)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 def _text_columns(cp: CompiledProgram) -> dict[str, np.ndarray]:
-    ops = cp.program.ops
-    n = len(ops)
-    names = np.empty(n, dtype=object)
-    kinds = np.empty(n, dtype=object)
-    groups = np.empty(n, dtype=object)
-    phases = np.empty(n, dtype=object)
-    nbytes = np.zeros(n)
-    flops = np.zeros(n)
-    launch = np.zeros(n)
-    for i, op in enumerate(ops):
-        names[i] = op.name
-        phases[i] = op.phase
+    """Columns of the text's ops. They are read from one op per compile signature
+    (`CompiledProgram.sig`: ops with one signature have equal fields other than their
+    dependencies, and no column reads those), appended to lists, and spread to every op
+    by the signature: the values of a pass over every op, for the distinct ops' cost."""
+    n = len(cp.program.ops)
+    sig = np.asarray(cp.sig if len(cp.sig) == n else range(n), dtype=np.int64)
+    # one row per distinct signature (its first op); `row[i]` is op i's
+    _, first, row = np.unique(sig, return_index=True, return_inverse=True)
+    ops = [cp.program.ops[i] for i in first.tolist()]
+    gap = cp.launch_ps / PS_PER_S
+    names: list[str] = []
+    phases: list[str] = []
+    kinds: list[str] = []
+    groups: list[str] = []
+    nbytes: list[float] = []
+    flops: list[float] = []
+    launch: list[float] = []
+    for op in ops:
+        names.append(op.name)
+        phases.append(op.phase)
         if isinstance(op, ComputeOp):
-            kinds[i] = op.kind.value
-            groups[i] = ""
-            nbytes[i] = op.bytes
-            flops[i] = op.flops
-            launch[i] = cp.launch_ps / PS_PER_S
-        elif isinstance(op, CollectiveOp):
-            kinds[i] = op.kind.value
-            groups[i] = op.group
-            nbytes[i] = op.bytes
+            kinds.append(op.kind.value)
+            groups.append("")
+            nbytes.append(op.bytes)
+            flops.append(op.flops)
+            launch.append(gap)
+            continue
+        flops.append(0.0)
+        launch.append(0.0)
+        if isinstance(op, CollectiveOp):
+            kinds.append(op.kind.value)
+            groups.append(op.group)
+            nbytes.append(op.bytes)
         elif isinstance(op, SendOp | RecvOp):
-            kinds[i] = "send-recv"
-            groups[i] = op.group
-            nbytes[i] = op.bytes
+            kinds.append("send-recv")
+            groups.append(op.group)
+            nbytes.append(op.bytes)
         else:
-            kinds[i] = "wait"
-            groups[i] = ""
+            kinds.append("wait")
+            groups.append("")
+            nbytes.append(0.0)
     streams = np.array(cp.stream_names, dtype=object)[np.asarray(cp.stream, dtype=np.int64)]
     stretch = (
         np.asarray(cp.stretch_ps, dtype=np.float64) / PS_PER_S if cp.stretch_ps else np.zeros(n)
     )
     return {
         "issue_s": np.asarray(cp.issue_ps, dtype=np.float64) / PS_PER_S,
-        "launch_s": launch,
+        "launch_s": np.array(launch, dtype=np.float64)[row],
         "interference_s": stretch,
-        "name": names,
-        "kind": kinds,
-        "group": groups,
-        "phase": phases,
-        "bytes": nbytes,
-        "flops": flops,
+        "name": _objects(names)[row],
+        "kind": _objects(kinds)[row],
+        "group": _objects(groups)[row],
+        "phase": _objects(phases)[row],
+        "bytes": np.array(nbytes, dtype=np.float64)[row],
+        "flops": np.array(flops, dtype=np.float64)[row],
         "stream": streams,
     }
 

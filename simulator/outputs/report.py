@@ -38,7 +38,7 @@ import numpy as np
 from simulator.config import ModelConfig
 from simulator.engine.core import EngineResult
 from simulator.engine.ranks import Warp
-from simulator.outputs.analysis import with_skipped_periods
+from simulator.outputs.analysis import RankBreakdown, with_skipped_periods
 from simulator.outputs.timeline import Timeline
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
@@ -201,9 +201,29 @@ def rank_warps(tl: Timeline, rank: int) -> list[Warp]:
     return list(warps.get(rep, []))
 
 
-def stage_rows(tl: Timeline, stages: Sequence[StagePlan], span_s: float) -> list[StageRow]:
+def rank_breakdown(
+    tl: Timeline, rank: int, known: dict[int, RankBreakdown] | None = None
+) -> RankBreakdown:
+    """A rank's breakdown with its skipped periods, found once per representative in
+    `known` (a rank shares its representative's records and warps, hence its breakdown;
+    the critical rank is often a stage's first rank too)."""
+    rep = rank if tl.representative is None else int(tl.representative[rank])
+    if known is not None and rep in known:
+        return known[rep]
+    bd = with_skipped_periods(tl.rank(rank), rank_warps(tl, rank))
+    if known is not None:
+        known[rep] = bd
+    return bd
+
+
+def stage_rows(
+    tl: Timeline,
+    stages: Sequence[StagePlan],
+    span_s: float,
+    known: dict[int, RankBreakdown] | None = None,
+) -> list[StageRow]:
     """Per-stage rows from each stage's first rank ('pp' send/recv waits are the pipeline's)."""
-    parts = [with_skipped_periods(tl.rank(st.rank), rank_warps(tl, st.rank)) for st in stages]
+    parts = [rank_breakdown(tl, st.rank, known) for st in stages]
     busiest = max((bd.compute_s for bd in parts), default=0.0)
     rows = []
     for st, bd in zip(stages, parts, strict=True):
@@ -247,8 +267,8 @@ def build_report(
     """Summarise an engine result (breakdowns on the rank that finishes last)."""
     tl = result.timeline
     critical = max(tl.ranks, key=tl.rank_end_s)
-    rank_tl = tl.rank(critical)
-    bd = with_skipped_periods(rank_tl, rank_warps(tl, critical))
+    known: dict[int, RankBreakdown] = {}
+    bd = rank_breakdown(tl, critical, known)
     t = result.iteration_time_s
     gpus = tl.world_size
     by_group = dict.fromkeys(CONTRACT_GROUPS, 0.0)
@@ -301,7 +321,7 @@ def build_report(
         critical_rank=int(critical),
         busiest_links=busiest_links(topology, result.link_bytes, t),
         choices=list(choices or []),
-        stages=stage_rows(tl, stages, t),
+        stages=stage_rows(tl, stages, t, known),
         comm_time_by_native_group_s={g: bd.exposed_by_group_s.get(g, 0.0) for g in native},
         comm_total_by_native_group_s={g: bd.comm_by_group_s.get(g, 0.0) for g in native},
         group_axes={g: group_aliases.get(g, g) for g in native},
