@@ -107,9 +107,10 @@ def split_classes_by_position(
 
 MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
 # The most op instances (simulated ranks x their program's ops) one run simulates.
-# Measured on the 2-core development machine (full mode, GPT-80B on Perlmutter, README
-# bench): 5.7 us and ~88 bytes per op instance, so 2^26 bound a run near 6-7 minutes and
-# 6 GB; the largest full-mode bench case (4,096 GPUs) simulates 38 M.
+# Measured on the 2-core development machine (bench/distinct_work.py, full mode GPT-80B
+# on 1,024 Perlmutter GPUs: 13.0 M op instances, 42.3 CPU s, peak RSS 0.41 GiB): 3.2 us
+# and ~34 bytes per op instance (RSS including the interpreter), so 2^26 bound a run near
+# 4 minutes and 2.3 GB.
 MAX_SIMULATED_OPS = 2**26
 
 
@@ -439,9 +440,9 @@ class Engine:
     def _drain(self) -> None:
         work = self.work
         advance = self._advance
+        popleft = work.popleft
         while work:
-            r, s = work.popleft()
-            advance(r, s)
+            advance(*popleft())
         if self.progress is not None and self.processed >= self.next_report:
             self.next_report = self.processed + 20000
             self.progress(self.processed, self.ops_total, self.env.now / PS_PER_S)
@@ -457,49 +458,45 @@ class Engine:
         free = r.free[s]
         ish = r.ish
         waiters = r.waiters
-        done = 0
+        first = pos  # ops of known duration done here: pos - first (pos moves only then)
         while True:
             n = len(ops)
             while pos < n:
                 i = ops[pos]
-                c = issue[i] + ish
-                t = c if c > free else free
-                blocked = -1
+                t = issue[i] + ish
+                if free > t:
+                    t = free
                 for d in deps[i]:
                     e = end[d]
                     if e < 0:
-                        blocked = d
                         break
                     if e > t:
                         t = e
-                if blocked >= 0:
-                    lst = waiters.get(blocked)
-                    if lst is None:
-                        waiters[blocked] = [s]
-                    elif s not in lst:
-                        lst.append(s)
-                    n = -1  # stop: blocked
-                    break
-                if kind[i] <= WAIT:  # COMPUTE or WAIT: a known duration
-                    e = t + dur[i]
+                else:
+                    if kind[i] <= WAIT:  # COMPUTE or WAIT: a known duration
+                        start[i] = t
+                        free = end[i] = t + dur[i]
+                        pos += 1
+                        if i in waiters:
+                            for x in waiters.pop(i):  # a loop: no list to build
+                                self.work.append((r, x))
+                        continue
                     start[i] = t
-                    end[i] = e
-                    free = e
-                    pos += 1
-                    done += 1
-                    if waiters:
-                        waiting = waiters.pop(i, None)
-                        if waiting:
-                            self.work.extend([(r, x) for x in waiting])
-                    continue
-                start[i] = t
-                r.inflight[s] = i
-                r.pos[s], r.free[s] = pos, free
-                self.processed += done
-                self._arrive(r, i, s, t)
-                if r is self.watcher and self.watch_run is not None:
-                    self._poll()
-                return
+                    r.inflight[s] = i
+                    r.pos[s], r.free[s] = pos, free
+                    self.processed += pos - first
+                    self._arrive(r, i, s, t)
+                    if r is self.watcher and self.watch_run is not None:
+                        self._poll()
+                    return
+                # blocked on op d, not done yet
+                lst = waiters.get(d)
+                if lst is None:
+                    waiters[d] = [s]
+                elif s not in lst:
+                    lst.append(s)
+                n = -1  # stop: blocked
+                break
             if n < 0 or prog.complete:
                 break
             r.pos[s], r.free[s] = pos, free
@@ -514,7 +511,7 @@ class Engine:
             if not prog.need(r, s):  # parked until ops for this stream are unrolled
                 break
         r.pos[s], r.free[s] = pos, free
-        self.processed += done
+        self.processed += pos - first
         if r is self.watcher and self.watch_run is not None:
             self._poll()
 
@@ -637,20 +634,43 @@ class Engine:
     def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:
         work = self.work
         append = work.append
+        watcher = self.watcher
         for r, i, s in parts:
             r.end[i] = end
             r.sync[i] = start
             r.free[s] = end
-            r.pos[s] += 1
+            pos = r.pos[s] = r.pos[s] + 1
             r.inflight[s] = -1
-            append((r, s))
             waiters = r.waiters
-            if waiters:
-                waiting = waiters.pop(i, None)
-                if waiting:
-                    work.extend([(r, x) for x in waiting])
+            if r is watcher or r.prog.kind[i] != COLL or not self._blocked(r, s, pos):
+                append((r, s))
+            if i in waiters:
+                for x in waiters.pop(i):
+                    append((r, x))
         self.processed += len(parts)
         self._drain()
+
+    @staticmethod
+    def _blocked(r: _Rank, s: int, pos: int) -> bool:
+        """Whether stream s's next op waits on an op not done yet; if so, park the stream
+        on it as `_advance` would (`_advance` would do nothing else: the caller then
+        skips it). Only for a collective's participants, which are distinct ranks and
+        none the watcher: what runs between here and that `_advance` changes nothing
+        it reads of this rank."""
+        ops = r.prog.stream_ops[s]
+        if pos >= len(ops):
+            return False
+        end = r.end
+        for d in r.prog.deps[ops[pos]]:
+            if end[d] < 0:
+                waiters = r.waiters
+                lst = waiters.get(d)
+                if lst is None:
+                    waiters[d] = [s]
+                elif s not in lst:
+                    lst.append(s)
+                return True
+        return False
 
     # ------------------------------------------------------------ completion
     def _check_finished(self) -> None:

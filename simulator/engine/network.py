@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import simpy
@@ -34,7 +35,8 @@ LATE = 2  # simpy priority after NORMAL (1): runs after all other events of an i
 Tag = tuple[object, ...] | None
 """What a scheduled event does, for state comparison: ('begin', act), ('phase', act,
 bundle, index), ('stage', act, bundle, index), ('reprice',), ('check', component,
-version), ('done', act); None for observers that change nothing."""
+version), ('checks', (component, version), ...) (checks due together, run in that
+order), ('done', act); None for observers that change nothing."""
 
 
 class _Call(simpy.Event):
@@ -71,7 +73,14 @@ def call_at(
 def queued_events(env: simpy.Environment) -> list[tuple[int, int, Tag]]:
     """(time, priority, tag) of every scheduled event in the order simpy will run them."""
     queue: list[tuple[int, int, int, object]] = env._queue  # type: ignore[assignment] # simpy 4's heap (private)
-    return [(t, p, getattr(ev, "tag", None)) for t, p, _, ev in sorted(queue, key=_order)]
+    out: list[tuple[int, int, Tag]] = []
+    for t, p, _, ev in sorted(queue, key=_order):
+        tag = getattr(ev, "tag", None)
+        if tag is not None and tag[0] == "checks":  # checks sharing one event, in order
+            out.extend((t, p, ("check", *pair)) for pair in tag[1:])
+        else:
+            out.append((t, p, tag))
+    return out
 
 
 def _order(entry: tuple[int, int, int, object]) -> tuple[int, int, int]:
@@ -85,7 +94,7 @@ def shift_clock(env: simpy.Environment, delta_ps: int) -> None:
     env._now = env._now + delta_ps
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Activation:
     """One collective (or send/recv) on a set of concurrent group instances.
 
@@ -185,7 +194,7 @@ class AlphaBetaNetwork:
         """Move the runtime's own clock values `delta_ps` later (none here)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Coflow:
     act: Activation
     bundle: int  # index into act.bundles
@@ -198,7 +207,7 @@ class _Coflow:
     rate: float = 0.0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Component:
     """Active coflows connected by shared links: their rates depend on each other only.
 
@@ -253,7 +262,8 @@ class ContentionNetwork:
         self.next_cid = 0
         self.seq = 0
         self.reprice_pending = False
-        self._rate_cache: dict[tuple[int, ...], np.ndarray] = {}
+        # rates per active pattern, as Python floats (the hot loop reads them one by one)
+        self._rate_lists: dict[tuple[int, ...], list[float]] = {}
         # bundles and plans of an activation pattern: the pricer's, looked up once
         self._priced: dict[
             tuple[object, ...], tuple[tuple[Bundle, ...], tuple[PhasePlan, ...]]
@@ -309,21 +319,23 @@ class ContentionNetwork:
             if act.open_bundles == 0:
                 act.on_done(int(self.env.now))
             return
-        phase = bundle.phases[index]
-        per_flow = plan.bytes_per_flow[index]
         delay = to_ps(plan.latency_s[index] + extra_s)
-
-        def go() -> None:
-            if per_flow <= 0 or phase.links.size == 0:
-                self._start_phase(act, bi, plan, index + 1)
-                return
-            self.seq += 1
-            self._join(_Coflow(act, bi, plan, index, phase, per_flow, per_flow, self.seq))
-
         if delay > 0:
-            self._after(delay, go, tag=("phase", act, bi, index))
-        else:
-            go()
+            self._after(
+                delay, lambda: self._go(act, bi, plan, index), tag=("phase", act, bi, index)
+            )
+        else:  # at once: no closure (most phases of a full-mode run)
+            self._go(act, bi, plan, index)
+
+    def _go(self, act: Activation, bi: int, plan: PhasePlan, index: int) -> None:
+        """Phase `index` of bundle `bi` starts moving its bytes (after its latency)."""
+        phase = act.bundles[bi].phases[index]
+        per_flow = plan.bytes_per_flow[index]
+        if per_flow <= 0 or phase.links.size == 0:
+            self._start_phase(act, bi, plan, index + 1)
+            return
+        self.seq += 1
+        self._join(_Coflow(act, bi, plan, index, phase, per_flow, per_flow, self.seq))
 
     # ------------------------------------------------------------ components
     def _progress(self, comp: _Component) -> None:
@@ -492,31 +504,61 @@ class ContentionNetwork:
     def _reprice(self) -> None:
         self.reprice_pending = False
         dirty, self.dirty = self.dirty, {}
+        due: dict[int, list[tuple[_Component, int]]] = {}
         for comp in dirty.values():
-            self._solve_component(comp)
+            dt_ps = self._solve_component(comp)
+            if dt_ps >= 0:
+                got = due.get(dt_ps)
+                if got is None:
+                    due[dt_ps] = [(comp, comp.version)]
+                else:
+                    got.append((comp, comp.version))
+        # One event per due time for the components' checks, run in solve order. Why: a
+        # full-mode run solves many like components at one instant (every instance of a
+        # collective starting together) whose checks fall due together. Exact: checks
+        # scheduled here would take consecutive simpy ids, so checks due at one time
+        # would run one after the other with nothing between (the engine schedules no
+        # urgent events); queued_events lists them one by one, as separate events.
+        env = self.env
+        for dt_ps, checks in due.items():
+            self.stats.simpy_events += 1
+            if len(checks) == 1:
+                comp, version = checks[0]
+                fn: Callable[[], None] = partial(self._check, comp, version)
+                tag: Tag = ("check", comp, version)
+            else:
+                fn = partial(self._checks, checks)
+                tag = ("checks", *checks)
+            env.schedule(_Call(env, fn, tag), 1, dt_ps)  # type: ignore[arg-type]
 
-    def _solve_component(self, comp: _Component) -> None:
+    def _checks(self, checks: list[tuple[_Component, int]]) -> None:
+        for comp, version in checks:
+            self._check(comp, version)
+
+    def _solve_component(self, comp: _Component) -> int:
+        """Solve the component's rates; the delay (ps) of its next check, -1 for none."""
         self._progress(comp)
-        comp.members.sort(key=_pattern_order)
-        key = tuple(id(c.phase) for c in comp.members)
-        rates = self._rate_cache.get(key)
-        if rates is None:
-            rates = self._solve(comp.members)
-            self._rate_cache[key] = rates
+        members = comp.members
+        if len(members) == 1:  # most components of a full-mode run: no sort, no generator
+            key: tuple[int, ...] = (id(members[0].phase),)
+        else:
+            members.sort(key=_pattern_order)
+            key = tuple(id(c.phase) for c in members)
+        got = self._rate_lists.get(key)
+        if got is None:
+            got = self._rate_lists[key] = self._solve(members).tolist()
         else:
             self.stats.rate_cache_hits += 1
         self.stats.reprices += 1
         comp.solved = True
         next_dt: float = math.inf
-        for c, r in zip(comp.members, rates.tolist(), strict=True):
+        for c, r in zip(members, got, strict=True):
             c.rate = r
             if r > 0:
                 next_dt = min(next_dt, c.remaining / r)
         if next_dt is math.inf:
-            return
-        dt_ps = max(0, math.ceil(next_dt * PS_PER_S - 1e-6))
-        version = comp.version
-        self._after(dt_ps, lambda: self._check(comp, version), tag=("check", comp, version))
+            return -1
+        return max(0, math.ceil(next_dt * PS_PER_S - 1e-6))
 
     def _solve(self, members: list[_Coflow]) -> np.ndarray:
         # adaptive-routed phases choose their minimal share by load (network/adaptive.py)
@@ -533,11 +575,14 @@ class ContentionNetwork:
         if not self.live_check(comp, version):
             return
         self._progress(comp)
-        done = [c for c in comp.members if self._finished(c)]
+        finished = self._finished
+        done: list[_Coflow] = []
+        keep: list[_Coflow] = []
+        for c in comp.members:
+            (done if finished(c) else keep).append(c)
         if not done:
             self._mark_dirty(comp)
             return
-        keep = [c for c in comp.members if not self._finished(c)]
         if comp is not self.whole:
             self._split(comp, keep)
         elif keep:
