@@ -6,7 +6,7 @@ full mode and start-up, in CPU seconds and raw-simpy-event equivalents.
 Each case runs `simulate()` in a fresh process (so its peak RSS is its own) and reports
 the CPU seconds of the call, its wall time, peak RSS, ops simulated / represented and
 the iteration time. In the same run a bare simpy loop measures this machine's raw event
-rate in CPU time; a case's cost in *raw-simpy-event equivalents* is its CPU seconds x
+rate in CPU time, right before and right after each case (their mean is used); a case's cost in *raw-simpy-event equivalents* is its CPU seconds x
 that rate (the issue's unit: it divides out how fast the machine is). `--tree` runs every
 case once per source tree, alternating (A/B on a shared, noisy machine): e.g. `--tree
 ../main --tree .` compares a main checkout beside this one with this checkout in one session. The start-up case
@@ -176,9 +176,14 @@ def main() -> int:
             print(json.dumps(row), flush=True)
         for name, overrides in cases.items():
             for tree in trees:  # alternate the trees case by case
-                rate = raw_simpy_cpu_rate()
-                row = {"round": rnd, "tree": str(tree), "case": name, "raw_rate": rate}
+                before = raw_simpy_cpu_rate()
+                row = {"round": rnd, "tree": str(tree), "case": name}
                 row.update(run_case(tree, overrides, args.timeout))
+                # the machine is shared: calibrate on both sides of the case and use the
+                # mean, so one disturbed calibration moves the unit by half as much
+                after = raw_simpy_cpu_rate()
+                rate = (before + after) / 2
+                row.update({"raw_rate": rate, "raw_rate_before": before, "raw_rate_after": after})
                 if "cpu_s" in row:
                     row["equivalents_M"] = float(row["cpu_s"]) * rate / 1e6  # type: ignore[arg-type]
                 rows.append(row)
