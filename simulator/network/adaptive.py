@@ -168,18 +168,34 @@ def solve(phases: Sequence[AdaptivePhase], capacity: np.ndarray) -> np.ndarray:
     fixed = [i for i, ph in enumerate(phases) if ph.split is None]
     links = [u[0] for u in usage] + [phases[i].links for i in fixed]
 
+    # the entries' coflows and links (and the links' index) do not depend on the shares:
+    # built once, not once per evaluation
+    cf = np.concatenate([np.full(lk.size, g, dtype=np.int64) for g, lk in enumerate(links)])
+    all_links = np.concatenate(links)
+    index = link_index(all_links, capacity.shape[0]) if all_links.size else None
+    fixed_counts = [phases[i].counts for i in fixed]
+    evaluated: dict[tuple[float, ...], np.ndarray] = {}
+
     def rates_at(x: list[float]) -> np.ndarray:
-        """Per-phase rates with family f at minimal share x[f] (families as one coflow)."""
+        """Per-phase rates with family f at minimal share x[f] (families as one coflow).
+
+        Memoised on the shares: the best responses often settle on the pure shares
+        (1.0 or 0.0) that are tried again at the end, and equal shares give equal
+        rates (the same computation on the same arrays)."""
+        key = tuple(x)
+        got = evaluated.get(key)
+        if got is not None:
+            return got
         counts = [u[1].mixture(xf) for u, xf in zip(usage, x, strict=True)]
-        counts += [phases[i].counts for i in fixed]
-        cf = np.concatenate([np.full(lk.size, g, dtype=np.int64) for g, lk in enumerate(links)])
+        counts += fixed_counts
         group_rates = max_min_rates(
-            cf, np.concatenate(links), np.concatenate(counts), capacity, len(links)
+            cf, all_links, np.concatenate(counts), capacity, len(links), index
         )
         out = np.empty(len(phases))
         for f, members in enumerate(families):
             out[members] = group_rates[f]
         out[fixed] = group_rates[len(families) :]
+        evaluated[key] = out
         return out
 
     x = [best_split(u[1], capacity[u[0]]) for u in usage]

@@ -414,12 +414,16 @@ class CollectivePricer:
         return links, weights, rates, lats
 
     def _routed_parts(
-        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None
+        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None, timed: bool = True
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Links/weights of arbitrary flows from the topology's router, with per-flow rate and
-        latency computed in numpy over the flattened paths."""
+        latency computed in numpy over the flattened paths (with `timed` False, not
+        computed: rates inf and latencies 0, for a caller that only reads the usage)."""
         batch = self.topology.routes_batch(src, dst, policy)
         links, plen, pw = batch.links, batch.path_len, batch.path_weight
+        if not timed:
+            n = src.shape[0]
+            return links, np.repeat(pw, plen), np.full(n, np.inf), np.zeros(n)
         starts = np.concatenate([[0], np.cumsum(plen)[:-1]])
         bott = np.minimum.reduceat(self.bandwidth_Bps[links], starts) / pw
         plat = np.add.reduceat(self._latency[links], starts)
@@ -429,14 +433,16 @@ class CollectivePricer:
         return links, np.repeat(pw, plen), rates, lats
 
     def _flow_links(
-        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None
+        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None, timed: bool = True
     ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
         """All links (with route weights) of a set of flows, their slowest rate, the worst
         path latency of node-local and of inter-node flows, and whether any flow leaves
         its node.
 
         Node-local flows use translated templates; inter-node flows take PXN's rail-aligned
-        path (a node-local hop to the GPU on the destination's rail, then the fabric)."""
+        path (a node-local hop to the GPU on the destination's rail, then the fabric).
+        With `timed` False the routed flows' rates and latencies are skipped (the links
+        and weights are the same; the rate and latencies returned are then meaningless)."""
         links: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         rate = float("inf")
@@ -462,13 +468,13 @@ class CollectivePricer:
                         links += lk
                         weights += wt
                     else:
-                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop], policy)
+                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop], policy, timed)
                         links.append(lk1)
                         weights.append(wt1)
                     rate = min(rate, float(rt.min()))
                     first_lat[hop] = lt
                     a = np.where(hop, relay, a)
-            lk2, wt2, rt2, lt2 = self._routed_parts(a, b, policy)
+            lk2, wt2, rt2, lt2 = self._routed_parts(a, b, policy, timed)
             links.append(lk2)
             weights.append(wt2)
             rate = min(rate, float(rt2.min()))
@@ -487,17 +493,18 @@ class CollectivePricer:
         dst: np.ndarray,
         share: np.ndarray | None,
         policy: str | None = None,
+        timed: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
         """`_flow_links` of flows that each carry `share` of the phase's per-flow bytes:
         their route weights scale by it and their rate (bytes over time) divides by it."""
         if share is None:
-            return self._flow_links(src, dst, policy)
+            return self._flow_links(src, dst, policy, timed)
         links: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         rate, near, far, inter = float("inf"), 0.0, 0.0, False
         for value in np.unique(share).tolist():
             sel = share == value
-            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel], policy)
+            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel], policy, timed)
             links.append(lk)
             weights.append(wt * value)
             rate, near, far, inter = min(rate, rt / value), max(near, ln), max(far, lf), inter or it
@@ -510,6 +517,7 @@ class CollectivePricer:
         dst: np.ndarray,
         share: np.ndarray | None,
         policy: str | None = None,
+        timed: bool = True,
     ) -> tuple[_Sparse, float, tuple[float, float], bool]:
         """Flow multiplicity per link of a phase's flows (the links with a nonzero sum,
         ascending, and the sums), with their slowest rate, worst (node-local, inter-node)
@@ -520,14 +528,15 @@ class CollectivePricer:
         and a phase touches a few thousand, so the dense zeros, bincount and nonzero scan
         cost more than the routing of a small phase. The sums are the dense ones bit for
         bit: per chunk each link's weights add in flow order (bincount over the chunk's
-        link indices), and chunks add in order onto zero."""
+        link indices), and chunks add in order onto zero. `timed` False skips the routed
+        flows' rates and latencies (see `_flow_links`)."""
         parts: list[_Sparse] = []
         rate, near, far, inter = float("inf"), 0.0, 0.0, False
         for lo in range(0, max(src.shape[0], 1), BIND_CHUNK_FLOWS):
             hi = lo + BIND_CHUNK_FLOWS
             part = None if share is None else share[lo:hi]
             links, w, rt, (ln, lf), it = self._shared_flow_links(
-                src[lo:hi], dst[lo:hi], part, policy
+                src[lo:hi], dst[lo:hi], part, policy, timed
             )
             if links.size:
                 ids, index = link_index(links, self.num_links)
@@ -566,7 +575,8 @@ class CollectivePricer:
         (O(flows + links): no sort of millions of entries)."""
         links, counts = minimal
         if self.adaptive and inter:
-            (v_links, v_counts), _, _, _ = self._link_loads(src, dst, share, "valiant")
+            # only the usage is read: the rates and latencies are the minimal routes'
+            (v_links, v_counts), _, _, _ = self._link_loads(src, dst, share, "valiant", timed=False)
             if not (np.array_equal(links, v_links) and np.array_equal(counts, v_counts)):
                 ids, index = link_index(np.concatenate([links, v_links]), self.num_links)
                 n = links.shape[0]
