@@ -46,9 +46,9 @@ def _outcome(reuse: bool) -> tuple[object, ...]:
     calls = [0]
     route = CollectivePricer._phase_usage
 
-    def counted(self: CollectivePricer, table: np.ndarray, ph: object) -> object:
+    def counted(self: CollectivePricer, table: np.ndarray, ph: object, *rest: bool) -> object:
         calls[0] += 1
-        return route(self, table, ph)  # type: ignore[arg-type]
+        return route(self, table, ph, *rest)  # type: ignore[arg-type]
 
     mp = pytest.MonkeyPatch()
     mp.setattr(CollectivePricer, "_phase_usage", counted)

@@ -590,14 +590,15 @@ class CollectivePricer:
                 return uniq, split.mixture(x), split, x
         return links, counts, None, 1.0
 
-    def _phase_usage(self, table: np.ndarray, ph: Phase) -> _Usage:
+    def _phase_usage(self, table: np.ndarray, ph: Phase, timed: bool = True) -> _Usage:
         """(links, counts, adaptive split, its share alone, slowest route rate, (near,
         far) route latencies, crosses nodes) of one schedule phase over the instances of
-        `table` (rows of GPU indices)."""
+        `table` (rows of GPU indices); with `timed` False the routed flows' rate and
+        latencies are not computed (meaningless; the rest is the same)."""
         src = table[:, ph.src].ravel()
         dst = table[:, ph.dst].ravel()
         share = None if ph.share is None else np.tile(ph.share, table.shape[0])
-        loads, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
+        loads, rate, lat, inter = self._link_loads(src, dst, share, self._minimal, timed)
         uniq, counts, split, split_x = self._usage(src, dst, share, loads, inter)
         return uniq, counts, split, split_x, rate, lat, inter
 
@@ -647,7 +648,7 @@ class CollectivePricer:
         )
         hit = self._alone_cache.get(key)
         if hit is None:
-            one = self._phase_usage(canonical, ph)
+            one = self._phase_usage(canonical, ph, False)  # untimed: only its usage is read
             hit = self._alone_cache[key] = self._shared_rate(one[0], one[1])
         return hit
 
