@@ -210,3 +210,22 @@ def test_packaged_yaml_parses_as_the_python_loader_does(package: str, name: str)
     assert json.dumps(fast, sort_keys=True, default=repr) == json.dumps(
         slow, sort_keys=True, default=repr
     )
+
+
+@pytest.mark.parametrize("machine", ["frontier", "dgx-h100", "perlmutter"])
+def test_direct_route_matches_the_whole_machine_lists(machine: str) -> None:
+    """`_direct_route` reads each path's bandwidths and latencies as Python floats; the
+    reference indexes lists built over every link, as the pricer did before."""
+    topo = build_machine(machine, 4)
+    pricer = CollectivePricer(topo, network_params_for(topo))
+    bw = pricer.bandwidth_Bps.tolist()
+    lt = np.asarray(pricer.latency_s, dtype=np.float64).tolist()
+    n = int(topo.num_gpus)
+    for a, b in [(0, 1), (0, n - 1), (1, n // 2), (n - 1, 2)]:
+        route = topo.route(a, b)
+        rate, lat = float("inf"), 0.0
+        for path, w in zip(route.paths, route.weights, strict=True):
+            rate = min(rate, min(bw[x] for x in path) / w)
+            lat = max(lat, sum(lt[x] for x in path))
+        _, _, got_rate, got_lat = pricer._direct_route(a, b)
+        assert (type(got_rate), got_rate, type(got_lat), got_lat) == (float, rate, float, lat)

@@ -179,8 +179,6 @@ class CollectivePricer:
                 strict=True,
             )
         )
-        self._bw_list: list[float] = self.bandwidth_Bps.tolist()
-        self._lat_list: list[float] = np.asarray(self.latency_s, dtype=np.float64).tolist()
         lpn = cast("int | None", topology.metadata.get("links_per_node"))
         self.links_per_node = int(lpn) if lpn and self.homogeneous else 0  # 0 = no node templates
         self.gpus_per_node = int(topology.gpus_per_node)
@@ -303,7 +301,7 @@ class CollectivePricer:
         order = np.asarray(cycles, dtype=np.int64)
         usage = edge[order, np.roll(order, -1, axis=1)].sum(axis=1)
         used = usage > 0
-        residual = np.asarray([self._bw_list[link] for link in ids], dtype=np.float64)
+        residual = np.asarray(self.bandwidth_Bps[np.asarray(ids, dtype=np.int64)], dtype=np.float64)
         chosen: list[list[int]] = []
         slowest = float("inf")
         for _ in range(m):
@@ -365,7 +363,6 @@ class CollectivePricer:
         self, src_gpu: int, dst_gpu: int
     ) -> tuple[np.ndarray, np.ndarray, float, float]:
         route = self.topology.route(src_gpu, dst_gpu)
-        bw, lt = self._bw_list, self._lat_list
         links: list[int] = []
         weights: list[float] = []
         rate = float("inf")
@@ -373,8 +370,11 @@ class CollectivePricer:
         for path, w in zip(route.paths, route.weights, strict=True):
             links.extend(path)
             weights.extend([w] * len(path))
-            rate = min(rate, min(bw[x] for x in path) / w)
-            lat = max(lat, sum(lt[x] for x in path))
+            # the path's values as Python floats (as a whole-machine list of them gave,
+            # without building one over every link of the machine)
+            ids = np.asarray(path, dtype=np.int64)
+            rate = min(rate, min(self.bandwidth_Bps[ids].tolist()) / w)
+            lat = max(lat, sum(self._latency[ids].tolist()))
         return (np.asarray(links, dtype=np.int64), np.asarray(weights, dtype=np.float64), rate, lat)
 
     def _node_template(
