@@ -229,3 +229,40 @@ def test_direct_route_matches_the_whole_machine_lists(machine: str) -> None:
             lat = max(lat, sum(lt[x] for x in path))
         _, _, got_rate, got_lat = pricer._direct_route(a, b)
         assert (type(got_rate), got_rate, type(got_lat), got_lat) == (float, rate, float, lat)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_distinct_counts_are_numpys_unique(seed: int) -> None:
+    from simulator.engine.core import _distinct_count
+    from topologies.dragonfly import _distinct
+
+    rng = np.random.default_rng(seed)
+    for n, bound in [(0, 5), (1, 1), (50, 60), (3000, 4000), (32768, 32768)]:
+        values = rng.integers(0, bound, n) if seed % 2 else rng.permutation(bound)[:n]
+        assert _distinct_count(values, bound) == np.unique(values).size
+        assert _distinct(values) == np.unique(values).shape[0]
+
+
+def test_position_split_is_numpys_unique() -> None:
+    """Frontier's GCDs are wired unalike (positions/), so its rank classes split."""
+    machine = "frontier"
+    from simulator.engine import core
+
+    topo = build_machine(machine, 8)
+    positions = core.node_position_classes(topo)
+    if positions is None:
+        pytest.skip(f"{machine}: its node's GPUs are wired alike")
+    world = int(topo.num_gpus)
+    rank_class = np.random.default_rng(7).integers(0, 5, world)
+    graph = type("G", (), {})()
+    graph.world_size, graph.rank_class = world, rank_class
+    placement = np.random.default_rng(8).permutation(world)
+    pairs = np.stack([rank_class, positions[placement]], axis=1)
+    _, want = np.unique(pairs, axis=0, return_inverse=True)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(core, "replace", lambda g, rank_class: rank_class)
+    try:
+        got = core.split_classes_by_position(graph, topo, placement)  # type: ignore[arg-type]
+    finally:
+        mp.undo()
+    assert got.dtype == np.int64 and np.array_equal(got, want.reshape(-1))
