@@ -20,8 +20,6 @@ import numpy as np
 import pytest
 import yaml
 
-import simulator.engine.network as engine_network
-import simulator.network.pricing as pricing
 from simulator.api import simulate
 from simulator.config import load_config
 from simulator.network import adaptive
@@ -160,8 +158,7 @@ def _scrub(o: object) -> object:
 def _outcome(optimised: bool) -> tuple[object, ...]:
     mp = pytest.MonkeyPatch()
     if not optimised:
-        mp.setattr(engine_network, "solve_shares", _reference_solve)
-        mp.setattr(pricing, "solve_shares", _reference_solve)
+        mp.setattr(adaptive.SolveMemo, "solve", lambda _self, ph, cap: _reference_solve(ph, cap))
         loads = CollectivePricer._link_loads
 
         def timed_loads(
@@ -266,3 +263,30 @@ def test_position_split_is_numpys_unique() -> None:
     finally:
         mp.undo()
     assert got.dtype == np.int64 and np.array_equal(got, want.reshape(-1))
+
+
+def test_solve_memo_hits_give_the_solvers_rates() -> None:
+    """Phases sharing usage arrays (as bound phases do) hit the memo; families are
+    compared by grouping only, as `solve` reads them."""
+    rng = np.random.default_rng(11)
+    capacity = rng.choice([25e9, 50e9, 100e9], 300)
+    base = []
+    for i in range(6):
+        links = np.unique(rng.integers(0, 300, 40))
+        mini = rng.choice([0.0, 1.0, 2.0], links.size)
+        vali = rng.choice([0.0, 0.5, 1.0], links.size)
+        mini[0] = vali[-1] = 1.0
+        split = SplitUsage(mini, vali) if i % 3 else None
+        base.append((links, rng.choice([0.5, 1.0], links.size), split))
+    memo = adaptive.SolveMemo()
+    for trial in range(20):
+        pick = rng.permutation(6)[: int(rng.integers(1, 7))]
+        fams = rng.integers(0, 2, pick.size)
+        phases = [
+            _Phase(base[j][0], base[j][1], base[j][2], ("fam", trial % 3, int(f)))
+            for j, f in zip(pick.tolist(), fams.tolist(), strict=True)
+        ]
+        got = memo.solve(phases, capacity)
+        assert not got.flags.writeable
+        assert got.tobytes() == solve(phases, capacity).tobytes()
+    assert len(memo._entries) < 20  # some trials were hits

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from simulator.errors import CostModelError
-from simulator.network.adaptive import SplitUsage, best_split
-from simulator.network.adaptive import solve as solve_shares
+from simulator.network.adaptive import SolveMemo, SplitUsage, best_split
 from simulator.network.params import NetworkParams
 from simulator.network.rows import link_index, unique_rows
 from simulator.network.schedules import (
@@ -209,6 +208,8 @@ class CollectivePricer:
         # the engine sets it to its network model so choices and prices agree
         self.tuner = "shared"
         self._choice_cache: dict[Hashable, str] = {}
+        # max-min solves of concurrent phases, shared by the tuner and the runtime
+        self.solves = SolveMemo()
         self._joint_cache: dict[
             tuple[int, ...], tuple[tuple[Bundle, ...], list[tuple[float, ...]]]
         ] = {}
@@ -839,7 +840,7 @@ class CollectivePricer:
                 out[j].append(bundles[j].phases[i].shared_rate_Bps)
                 continue
             phases = [bundles[j].phases[i] for j in live]
-            rates = solve_shares(phases, self.bandwidth_Bps)
+            rates = self.solves.solve(phases, self.bandwidth_Bps)
             for j, r in zip(live, rates.tolist(), strict=True):
                 out[j].append(r)
         result = [tuple(r) for r in out]
