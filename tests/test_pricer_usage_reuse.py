@@ -46,9 +46,9 @@ def _outcome(reuse: bool) -> tuple[object, ...]:
     calls = [0]
     route = CollectivePricer._phase_usage
 
-    def counted(self: CollectivePricer, table: np.ndarray, ph: object) -> object:
+    def counted(self: CollectivePricer, table: np.ndarray, ph: object, *rest: bool) -> object:
         calls[0] += 1
-        return route(self, table, ph)  # type: ignore[arg-type]
+        return route(self, table, ph, *rest)  # type: ignore[arg-type]
 
     mp = pytest.MonkeyPatch()
     mp.setattr(CollectivePricer, "_phase_usage", counted)
@@ -152,7 +152,7 @@ def _scalar_ring_cycles(pricer: CollectivePricer, gpus: list[int]) -> list[list[
             for link in routes[(a, b)]:
                 use[link] = use.get(link, 0) + 1
         usage.append(use)
-    residual = {link: pricer._bw_list[link] for use in usage for link in use}
+    residual = {link: float(pricer.bandwidth_Bps[link]) for use in usage for link in use}
     chosen: list[list[int]] = []
     slowest = float("inf")
     for _ in range(m):

@@ -11,10 +11,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from topologies.errors import TopologyError
 from topologies.types import LINK_KINDS
+from topologies.yaml_loader import load_packaged_yaml
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class MachinePreset:
 def machine_presets() -> dict[str, MachinePreset]:
     """All machine presets by name."""
     text = resources.files("topologies").joinpath("data/machines.yaml").read_text()
-    raw = yaml.safe_load(text)
+    raw = load_packaged_yaml(text)
     return {
         name: MachinePreset(
             name=name,

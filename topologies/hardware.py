@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from topologies.errors import TopologyError
+from topologies.yaml_loader import load_packaged_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +40,7 @@ class GpuSpec:
 def gpu_catalogue() -> dict[str, GpuSpec]:
     """All known GPUs by name."""
     text = resources.files("topologies").joinpath("data/gpus.yaml").read_text()
-    raw = yaml.safe_load(text)
+    raw = load_packaged_yaml(text)
     out: dict[str, GpuSpec] = {}
     for name, d in raw.items():
         emp = d.get("empirical_gemm_tflops")

@@ -81,7 +81,8 @@ def block_kernels() -> tuple[KernelRow, ...]:
             str(r["phase"]), str(r["range"]), int(r["slot"]), str(r["op"]), str(r["role"]),
             tuple(str(x) for x in r["read"]), tuple(str(x) for x in r["write"]),
         )
-        for r in yaml.safe_load(text)["rows"]
+        # libyaml's parser where PyYAML has it, as topologies.yaml_loader.PACKAGED_LOADER
+        for r in yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["rows"]
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ import yaml
 
 from simulator.errors import CostModelError
 from topologies.hardware import GpuSpec, gpu_catalogue
+from topologies.yaml_loader import load_packaged_yaml
 
 DEFAULTS_FILE = "data/kernel_defaults.yaml"
 
@@ -89,7 +90,7 @@ def raw_defaults(path: str | None) -> dict[str, Any]:
         except UnicodeDecodeError:
             raise CostModelError(f"kernel defaults {path}: not a text file (not UTF-8)") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.safe_load(text) if path is not None else load_packaged_yaml(text)
     except yaml.YAMLError as exc:
         raise CostModelError(f"kernel defaults {where}: not valid YAML ({exc})") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("vendors"), dict):

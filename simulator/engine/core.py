@@ -59,6 +59,7 @@ from simulator.engine.timeline_build import (
 )
 from simulator.engine.unroll import RegionRun, Unrolled, ordinal_key
 from simulator.errors import EngineError
+from simulator.network.rows import unique_rows
 from simulator.outputs.timeline import Timeline
 from topologies.positions import node_position_classes
 from topologies.types import Topology
@@ -91,6 +92,15 @@ class _Launch:
         self.engine._resolve(self.parts, self.act.start_ps, end)
 
 
+def _distinct_count(values: np.ndarray, bound: int) -> int:
+    """How many distinct values `values` (integers in [0, bound)) holds: what
+    `np.unique(values).size` gives, by a presence mask instead of a sort (numpy's unique
+    took 5 ms on 32,768 GPU indices and 46 ms on 131,072; the mask a fraction of one)."""
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    return int(np.count_nonzero(seen))
+
+
 def split_classes_by_position(
     graph: OpGraph, topology: Topology, placement: np.ndarray | None
 ) -> OpGraph:
@@ -101,8 +111,8 @@ def split_classes_by_position(
         return graph
     ranks = np.arange(graph.world_size) if placement is None else np.asarray(placement)
     pairs = np.stack([graph.rank_class, positions[ranks]], axis=1)
-    _, split = np.unique(pairs, axis=0, return_inverse=True)
-    return replace(graph, rank_class=split.reshape(-1).astype(np.int64))
+    _, split = unique_rows(pairs)  # np.unique(pairs, axis=0)'s inverse, without its sort
+    return replace(graph, rank_class=split.astype(np.int64))
 
 
 MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
@@ -199,7 +209,7 @@ class Engine:
         if (
             self.placement.min() < 0
             or self.placement.max() >= topology.num_gpus
-            or np.unique(self.placement).size != graph.world_size
+            or _distinct_count(self.placement, topology.num_gpus) != graph.world_size
         ):
             raise EngineError("placement must map ranks to distinct GPUs of the topology")
         self.steady_state = steady_state

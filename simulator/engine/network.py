@@ -26,7 +26,6 @@ import numpy as np
 import simpy
 
 from simulator.engine.compiled import PS_PER_S, to_ps
-from simulator.network.adaptive import solve as solve_shares
 from simulator.network.pricing import BoundPhase, Bundle, CollectivePricer, PhasePlan
 from workloads.ops import CollectiveKind
 
@@ -562,7 +561,7 @@ class ContentionNetwork:
 
     def _solve(self, members: list[_Coflow]) -> np.ndarray:
         # adaptive-routed phases choose their minimal share by load (network/adaptive.py)
-        return solve_shares([c.phase for c in members], self.capacity)
+        return self.pricer.solves.solve([c.phase for c in members], self.capacity)
 
     @staticmethod
     def _finished(c: _Coflow) -> bool:

@@ -168,18 +168,34 @@ def solve(phases: Sequence[AdaptivePhase], capacity: np.ndarray) -> np.ndarray:
     fixed = [i for i, ph in enumerate(phases) if ph.split is None]
     links = [u[0] for u in usage] + [phases[i].links for i in fixed]
 
+    # the entries' coflows and links (and the links' index) do not depend on the shares:
+    # built once, not once per evaluation
+    cf = np.concatenate([np.full(lk.size, g, dtype=np.int64) for g, lk in enumerate(links)])
+    all_links = np.concatenate(links)
+    index = link_index(all_links, capacity.shape[0]) if all_links.size else None
+    fixed_counts = [phases[i].counts for i in fixed]
+    evaluated: dict[tuple[float, ...], np.ndarray] = {}
+
     def rates_at(x: list[float]) -> np.ndarray:
-        """Per-phase rates with family f at minimal share x[f] (families as one coflow)."""
+        """Per-phase rates with family f at minimal share x[f] (families as one coflow).
+
+        Memoised on the shares: the best responses often settle on the pure shares
+        (1.0 or 0.0) that are tried again at the end, and equal shares give equal
+        rates (the same computation on the same arrays)."""
+        key = tuple(x)
+        got = evaluated.get(key)
+        if got is not None:
+            return got
         counts = [u[1].mixture(xf) for u, xf in zip(usage, x, strict=True)]
-        counts += [phases[i].counts for i in fixed]
-        cf = np.concatenate([np.full(lk.size, g, dtype=np.int64) for g, lk in enumerate(links)])
+        counts += fixed_counts
         group_rates = max_min_rates(
-            cf, np.concatenate(links), np.concatenate(counts), capacity, len(links)
+            cf, all_links, np.concatenate(counts), capacity, len(links), index
         )
         out = np.empty(len(phases))
         for f, members in enumerate(families):
             out[members] = group_rates[f]
         out[fixed] = group_rates[len(families) :]
+        evaluated[key] = out
         return out
 
     x = [best_split(u[1], capacity[u[0]]) for u in usage]
@@ -206,3 +222,39 @@ def solve(phases: Sequence[AdaptivePhase], capacity: np.ndarray) -> np.ndarray:
         if slowest(alt) > slowest(best) * (1 + 1e-9):
             best = alt
     return best
+
+
+class SolveMemo:
+    """`solve`, memoised on what it reads of its phases (links, counts or adaptive split,
+    and which adaptive phases share a family) and the capacity, by object identity.
+
+    Why: different bound phases share their usage arrays (a phase bound for the tuner and
+    for the run, a ring of 15 steps and of 30 reuse one cached usage), so the runtime and
+    the tuner solve the same components again (a third of the solves of GPT-320B on
+    32,768 Frontier GCDs). Each entry holds the objects of its key, so no id in it can be
+    reused by another object while it is cached; equal inputs give the same computation,
+    hence the same rates. The rates returned are read-only (shared between hits).
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[object, ...], tuple[list[object], np.ndarray]] = {}
+
+    def solve(self, phases: Sequence[AdaptivePhase], capacity: np.ndarray) -> np.ndarray:
+        families: dict[Hashable, int] = {}
+        held: list[object] = [capacity]
+        key: list[object] = [id(capacity)]
+        for i, ph in enumerate(phases):
+            if ph.split is None:
+                held += (ph.links, ph.counts)
+                key.append((id(ph.links), id(ph.counts), None))
+            else:
+                fam = ("coflow", i) if ph.family is None else ph.family
+                held += (ph.links, ph.split)
+                key.append((id(ph.links), id(ph.split), families.setdefault(fam, len(families))))
+        k = tuple(key)
+        got = self._entries.get(k)
+        if got is None:
+            rates = solve(phases, capacity)
+            rates.flags.writeable = False
+            got = self._entries[k] = (held, rates)
+        return got[1]

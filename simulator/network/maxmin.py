@@ -27,6 +27,7 @@ def max_min_rates(
     count: np.ndarray,
     capacity: np.ndarray,
     num_coflows: int,
+    index: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Max-min fair per-flow rate of each coflow.
 
@@ -36,12 +37,15 @@ def max_min_rates(
         on the link (entries for the same pair are summed).
     capacity: bandwidth of every link id (B/s), indexed by `link`.
     num_coflows: number of coflows (coflows without entries get rate inf).
+    index: `link_index(link, capacity.shape[0])` if the caller has it already (a solver
+        that re-solves the same entries with other counts): it is a function of `link`
+        alone, so passing it changes nothing but the work.
     """
     rates = np.zeros(num_coflows, dtype=np.float64)
     if coflow.size == 0:
         rates[:] = np.inf
         return rates
-    links_u, link_idx = link_index(link, capacity.shape[0])
+    links_u, link_idx = link_index(link, capacity.shape[0]) if index is None else index
     cap0 = capacity[links_u].astype(np.float64)
     cap = cap0.copy()
     has_links = np.zeros(num_coflows, dtype=bool)

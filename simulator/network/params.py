@@ -18,7 +18,6 @@ from importlib import resources
 from typing import Any, cast
 
 import numpy as np
-import yaml
 from pydantic import ValidationError
 
 from simulator.errors import CostModelError
@@ -30,6 +29,7 @@ from simulator.network.protocols import (
 )
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS, LinkKind, Topology, link_kind_code
+from topologies.yaml_loader import load_packaged_yaml
 
 FAST_INTRA_KINDS = (LinkKind.NVLINK, LinkKind.XGMI, LinkKind.C2C)
 """Node-local link kinds NCCL/RCCL price with the NVLink row of hwLat (else the PCI row)."""
@@ -125,7 +125,7 @@ def intra_row_of(topology: Topology) -> str:
 @cache
 def _defaults_raw() -> dict[str, Any]:
     text = resources.files("simulator.network").joinpath("data/network_defaults.yaml").read_text()
-    return cast("dict[str, Any]", yaml.safe_load(text))
+    return cast("dict[str, Any]", load_packaged_yaml(text))
 
 
 @cache

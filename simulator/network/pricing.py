@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from simulator.errors import CostModelError
-from simulator.network.adaptive import SplitUsage, best_split
-from simulator.network.adaptive import solve as solve_shares
+from simulator.network.adaptive import SolveMemo, SplitUsage, best_split
 from simulator.network.params import NetworkParams
 from simulator.network.rows import link_index, unique_rows
 from simulator.network.schedules import (
@@ -179,8 +178,6 @@ class CollectivePricer:
                 strict=True,
             )
         )
-        self._bw_list: list[float] = self.bandwidth_Bps.tolist()
-        self._lat_list: list[float] = np.asarray(self.latency_s, dtype=np.float64).tolist()
         lpn = cast("int | None", topology.metadata.get("links_per_node"))
         self.links_per_node = int(lpn) if lpn and self.homogeneous else 0  # 0 = no node templates
         self.gpus_per_node = int(topology.gpus_per_node)
@@ -211,6 +208,8 @@ class CollectivePricer:
         # the engine sets it to its network model so choices and prices agree
         self.tuner = "shared"
         self._choice_cache: dict[Hashable, str] = {}
+        # max-min solves of concurrent phases, shared by the tuner and the runtime
+        self.solves = SolveMemo()
         self._joint_cache: dict[
             tuple[int, ...], tuple[tuple[Bundle, ...], list[tuple[float, ...]]]
         ] = {}
@@ -303,7 +302,7 @@ class CollectivePricer:
         order = np.asarray(cycles, dtype=np.int64)
         usage = edge[order, np.roll(order, -1, axis=1)].sum(axis=1)
         used = usage > 0
-        residual = np.asarray([self._bw_list[link] for link in ids], dtype=np.float64)
+        residual = np.asarray(self.bandwidth_Bps[np.asarray(ids, dtype=np.int64)], dtype=np.float64)
         chosen: list[list[int]] = []
         slowest = float("inf")
         for _ in range(m):
@@ -365,7 +364,6 @@ class CollectivePricer:
         self, src_gpu: int, dst_gpu: int
     ) -> tuple[np.ndarray, np.ndarray, float, float]:
         route = self.topology.route(src_gpu, dst_gpu)
-        bw, lt = self._bw_list, self._lat_list
         links: list[int] = []
         weights: list[float] = []
         rate = float("inf")
@@ -373,8 +371,11 @@ class CollectivePricer:
         for path, w in zip(route.paths, route.weights, strict=True):
             links.extend(path)
             weights.extend([w] * len(path))
-            rate = min(rate, min(bw[x] for x in path) / w)
-            lat = max(lat, sum(lt[x] for x in path))
+            # the path's values as Python floats (as a whole-machine list of them gave,
+            # without building one over every link of the machine)
+            ids = np.asarray(path, dtype=np.int64)
+            rate = min(rate, min(self.bandwidth_Bps[ids].tolist()) / w)
+            lat = max(lat, sum(self._latency[ids].tolist()))
         return (np.asarray(links, dtype=np.int64), np.asarray(weights, dtype=np.float64), rate, lat)
 
     def _node_template(
@@ -414,12 +415,16 @@ class CollectivePricer:
         return links, weights, rates, lats
 
     def _routed_parts(
-        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None
+        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None, timed: bool = True
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Links/weights of arbitrary flows from the topology's router, with per-flow rate and
-        latency computed in numpy over the flattened paths."""
+        latency computed in numpy over the flattened paths (with `timed` False, not
+        computed: rates inf and latencies 0, for a caller that only reads the usage)."""
         batch = self.topology.routes_batch(src, dst, policy)
         links, plen, pw = batch.links, batch.path_len, batch.path_weight
+        if not timed:
+            n = src.shape[0]
+            return links, np.repeat(pw, plen), np.full(n, np.inf), np.zeros(n)
         starts = np.concatenate([[0], np.cumsum(plen)[:-1]])
         bott = np.minimum.reduceat(self.bandwidth_Bps[links], starts) / pw
         plat = np.add.reduceat(self._latency[links], starts)
@@ -429,14 +434,16 @@ class CollectivePricer:
         return links, np.repeat(pw, plen), rates, lats
 
     def _flow_links(
-        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None
+        self, src: np.ndarray, dst: np.ndarray, policy: str | None = None, timed: bool = True
     ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
         """All links (with route weights) of a set of flows, their slowest rate, the worst
         path latency of node-local and of inter-node flows, and whether any flow leaves
         its node.
 
         Node-local flows use translated templates; inter-node flows take PXN's rail-aligned
-        path (a node-local hop to the GPU on the destination's rail, then the fabric)."""
+        path (a node-local hop to the GPU on the destination's rail, then the fabric).
+        With `timed` False the routed flows' rates and latencies are skipped (the links
+        and weights are the same; the rate and latencies returned are then meaningless)."""
         links: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         rate = float("inf")
@@ -462,13 +469,13 @@ class CollectivePricer:
                         links += lk
                         weights += wt
                     else:
-                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop], policy)
+                        lk1, wt1, rt, lt = self._routed_parts(a[hop], relay[hop], policy, timed)
                         links.append(lk1)
                         weights.append(wt1)
                     rate = min(rate, float(rt.min()))
                     first_lat[hop] = lt
                     a = np.where(hop, relay, a)
-            lk2, wt2, rt2, lt2 = self._routed_parts(a, b, policy)
+            lk2, wt2, rt2, lt2 = self._routed_parts(a, b, policy, timed)
             links.append(lk2)
             weights.append(wt2)
             rate = min(rate, float(rt2.min()))
@@ -487,17 +494,18 @@ class CollectivePricer:
         dst: np.ndarray,
         share: np.ndarray | None,
         policy: str | None = None,
+        timed: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float], bool]:
         """`_flow_links` of flows that each carry `share` of the phase's per-flow bytes:
         their route weights scale by it and their rate (bytes over time) divides by it."""
         if share is None:
-            return self._flow_links(src, dst, policy)
+            return self._flow_links(src, dst, policy, timed)
         links: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         rate, near, far, inter = float("inf"), 0.0, 0.0, False
         for value in np.unique(share).tolist():
             sel = share == value
-            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel], policy)
+            lk, wt, rt, (ln, lf), it = self._flow_links(src[sel], dst[sel], policy, timed)
             links.append(lk)
             weights.append(wt * value)
             rate, near, far, inter = min(rate, rt / value), max(near, ln), max(far, lf), inter or it
@@ -510,6 +518,7 @@ class CollectivePricer:
         dst: np.ndarray,
         share: np.ndarray | None,
         policy: str | None = None,
+        timed: bool = True,
     ) -> tuple[_Sparse, float, tuple[float, float], bool]:
         """Flow multiplicity per link of a phase's flows (the links with a nonzero sum,
         ascending, and the sums), with their slowest rate, worst (node-local, inter-node)
@@ -520,14 +529,15 @@ class CollectivePricer:
         and a phase touches a few thousand, so the dense zeros, bincount and nonzero scan
         cost more than the routing of a small phase. The sums are the dense ones bit for
         bit: per chunk each link's weights add in flow order (bincount over the chunk's
-        link indices), and chunks add in order onto zero."""
+        link indices), and chunks add in order onto zero. `timed` False skips the routed
+        flows' rates and latencies (see `_flow_links`)."""
         parts: list[_Sparse] = []
         rate, near, far, inter = float("inf"), 0.0, 0.0, False
         for lo in range(0, max(src.shape[0], 1), BIND_CHUNK_FLOWS):
             hi = lo + BIND_CHUNK_FLOWS
             part = None if share is None else share[lo:hi]
             links, w, rt, (ln, lf), it = self._shared_flow_links(
-                src[lo:hi], dst[lo:hi], part, policy
+                src[lo:hi], dst[lo:hi], part, policy, timed
             )
             if links.size:
                 ids, index = link_index(links, self.num_links)
@@ -566,7 +576,8 @@ class CollectivePricer:
         (O(flows + links): no sort of millions of entries)."""
         links, counts = minimal
         if self.adaptive and inter:
-            (v_links, v_counts), _, _, _ = self._link_loads(src, dst, share, "valiant")
+            # only the usage is read: the rates and latencies are the minimal routes'
+            (v_links, v_counts), _, _, _ = self._link_loads(src, dst, share, "valiant", timed=False)
             if not (np.array_equal(links, v_links) and np.array_equal(counts, v_counts)):
                 ids, index = link_index(np.concatenate([links, v_links]), self.num_links)
                 n = links.shape[0]
@@ -580,14 +591,15 @@ class CollectivePricer:
                 return uniq, split.mixture(x), split, x
         return links, counts, None, 1.0
 
-    def _phase_usage(self, table: np.ndarray, ph: Phase) -> _Usage:
+    def _phase_usage(self, table: np.ndarray, ph: Phase, timed: bool = True) -> _Usage:
         """(links, counts, adaptive split, its share alone, slowest route rate, (near,
         far) route latencies, crosses nodes) of one schedule phase over the instances of
-        `table` (rows of GPU indices)."""
+        `table` (rows of GPU indices); with `timed` False the routed flows' rate and
+        latencies are not computed (meaningless; the rest is the same)."""
         src = table[:, ph.src].ravel()
         dst = table[:, ph.dst].ravel()
         share = None if ph.share is None else np.tile(ph.share, table.shape[0])
-        loads, rate, lat, inter = self._link_loads(src, dst, share, self._minimal)
+        loads, rate, lat, inter = self._link_loads(src, dst, share, self._minimal, timed)
         uniq, counts, split, split_x = self._usage(src, dst, share, loads, inter)
         return uniq, counts, split, split_x, rate, lat, inter
 
@@ -637,7 +649,7 @@ class CollectivePricer:
         )
         hit = self._alone_cache.get(key)
         if hit is None:
-            one = self._phase_usage(canonical, ph)
+            one = self._phase_usage(canonical, ph, False)  # untimed: only its usage is read
             hit = self._alone_cache[key] = self._shared_rate(one[0], one[1])
         return hit
 
@@ -828,7 +840,7 @@ class CollectivePricer:
                 out[j].append(bundles[j].phases[i].shared_rate_Bps)
                 continue
             phases = [bundles[j].phases[i] for j in live]
-            rates = solve_shares(phases, self.bandwidth_Bps)
+            rates = self.solves.solve(phases, self.bandwidth_Bps)
             for j, r in zip(live, rates.tolist(), strict=True):
                 out[j].append(r)
         result = [tuple(r) for r in out]
