@@ -27,8 +27,8 @@ from simulator.network.adaptive import ROUNDS, SplitUsage, best_split, solve
 from simulator.network.maxmin import max_min_rates
 from simulator.network.params import network_params_for
 from simulator.network.pricing import CollectivePricer
-from simulator.network.rows import link_index
 from topologies.machines import build_machine
+from topologies.rows import link_index
 from topologies.yaml_loader import PACKAGED_LOADER
 
 SMALL_FRONTIER = [
@@ -230,14 +230,12 @@ def test_direct_route_matches_the_whole_machine_lists(machine: str) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_distinct_counts_are_numpys_unique(seed: int) -> None:
-    from simulator.engine.core import _distinct_count
-    from topologies.dragonfly import _distinct
+    from topologies.rows import distinct_count
 
     rng = np.random.default_rng(seed)
     for n, bound in [(0, 5), (1, 1), (50, 60), (3000, 4000), (32768, 32768)]:
         values = rng.integers(0, bound, n) if seed % 2 else rng.permutation(bound)[:n]
-        assert _distinct_count(values, bound) == np.unique(values).size
-        assert _distinct(values) == np.unique(values).shape[0]
+        assert distinct_count(values) == np.unique(values).size
 
 
 def test_position_split_is_numpys_unique() -> None:

@@ -17,8 +17,8 @@ from simulator.config import load_config
 from simulator.network.maxmin import max_min_rates
 from simulator.network.params import network_params_for
 from simulator.network.pricing import BoundPhase, CollectivePricer
-from simulator.network.rows import link_index, unique_rows
 from topologies.machines import build_machine
+from topologies.rows import link_index, unique_rows
 from workloads.ops import CollectiveKind
 
 # a small Frontier (dragonfly, adaptive routing) whose symmetric run activates parity

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simulator.errors import EngineError
-from simulator.network.rows import unique_rows
+from topologies.rows import unique_rows
 from workloads.graph import OpGraph
 from workloads.ops import RecvOp, SendOp
 

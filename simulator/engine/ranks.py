@@ -62,3 +62,12 @@ class Pending:
         self.count = 0
         self.ready = 0
         self.parts: list[tuple[RankState, int, int]] = []
+
+
+def wait_for(waiters: dict[int, list[int]], op: int, stream: int) -> None:
+    """Park `stream` until `op` ends (once: a stream waits on one op at a time)."""
+    lst = waiters.get(op)
+    if lst is None:
+        waiters[op] = [stream]
+    elif stream not in lst:
+        lst.append(stream)

@@ -32,7 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from simulator.network.maxmin import max_min_rates
-from simulator.network.rows import link_index
+from topologies.rows import link_index
 
 SEARCH_STEPS = 48  # ternary-search iterations: (2/3)^48 ~ 4e-9 of the unit interval
 ROUNDS = 2  # best-response rounds among concurrent bundles

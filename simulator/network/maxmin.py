@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.network.rows import link_index
+from topologies.rows import link_index
 
 REL_TOL = 1e-12
 

@@ -23,7 +23,6 @@ import numpy as np
 from simulator.errors import CostModelError
 from simulator.network.adaptive import SolveMemo, SplitUsage, best_split
 from simulator.network.params import NetworkParams
-from simulator.network.rows import link_index, unique_rows
 from simulator.network.schedules import (
     ALGORITHMS,
     Layout,
@@ -33,6 +32,7 @@ from simulator.network.schedules import (
     build_schedule,
     candidate_algorithms,
 )
+from topologies.rows import link_index, unique_rows
 from topologies.types import Topology
 from workloads.ops import CollectiveKind, bus_factor
 
@@ -194,7 +194,7 @@ class CollectivePricer:
         self._cycles_cache: dict[tuple[int, ...], list[list[int]]] = {}
         self._route_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._bind_cache: dict[Hashable, tuple[Bundle, ...]] = {}
-        self._classes_cache: dict[tuple[tuple[int, ...], str, bytes], dict[Layout, np.ndarray]] = {}
+        self._classes_cache: dict[int, dict[Layout, np.ndarray]] = {}  # by `_table_id`
         self._table_ids: dict[tuple[tuple[int, ...], str, bytes], int] = {}
         self._usage_cache: dict[Hashable, _Usage] = {}
         # one instance's shared rate per (canonical instance, phase): many collectives
@@ -236,7 +236,7 @@ class CollectivePricer:
         groups the same table once per candidate and per message size."""
         if instances.shape[0] <= 1:
             return self._layout_classes(instances)
-        ck = (instances.shape, instances.dtype.str, np.ascontiguousarray(instances).tobytes())
+        ck = self._table_id(instances)
         hit = self._classes_cache.get(ck)
         if hit is None:
             hit = self._classes_cache[ck] = self._layout_classes(instances)
@@ -605,8 +605,8 @@ class CollectivePricer:
 
     def _table_id(self, table: np.ndarray) -> int:
         """A small id per distinct instance table (its shape and GPU indices, compared in
-        full): the key under which its phases' usages are cached."""
-        key = (table.shape, table.dtype.str, table.tobytes())
+        full): the key under which its layout classes and phases' usages are cached."""
+        key = (table.shape, table.dtype.str, np.ascontiguousarray(table).tobytes())
         got = self._table_ids.get(key)
         if got is None:
             got = self._table_ids[key] = len(self._table_ids)

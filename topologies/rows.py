@@ -1,4 +1,5 @@
-"""Exact, faster stand-ins for two `np.unique` calls on the setup and re-pricing paths.
+"""Exact, faster stand-ins for `np.unique` on the setup and re-pricing paths (here, below
+simulator/, so that topology builders and the simulator share them).
 
 `np.unique(a, axis=0)` views each row as one structured element and sorts those with a
 field-by-field comparison; on the instance tables of a 100,000-GPU machine it was a tenth
@@ -53,3 +54,10 @@ def link_index(links: np.ndarray, num_links: int) -> tuple[np.ndarray, np.ndarra
     where = np.empty(num_links, dtype=np.int64)
     where[uniq] = np.arange(uniq.shape[0])
     return uniq, where[links]
+
+
+def distinct_count(values: np.ndarray) -> int:
+    """How many distinct values the non-negative integers `values` hold: `np.unique(values)`'s
+    length, counted over a bincount instead of a sort (numpy's unique took 5-18 ms on
+    32,768 shuffled GPU indices and 46 ms on 131,072)."""
+    return int(np.count_nonzero(np.bincount(values))) if values.size else 0
