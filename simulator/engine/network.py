@@ -233,8 +233,24 @@ bench/distinct_work.py: a symmetric AxoNN run's bundle phases span 5-30% of the 
 (GPT-320B on 32,768 Frontier GCDs: 16,000-97,000 of 324,392), where per-component
 bookkeeping made the run 1.5x slower than whole-machine pricing; pipeline transfers and
 full-mode instances use under 2% (Megatron 175B on 64 A100: at most 17 of 832), where
-components keep each solve small. Results do not depend on it: max-min allocations of
-independent components are their separate allocations."""
+components keep each solve small. Results do not depend on it but for float rounding
+(max-min allocations of independent components are their separate allocations; the
+order of progress updates differs, tests/test_contention_components.py bounds it at
+1e-12 relative)."""
+
+SPANNING_GPUS = 1 / 4
+"""A coflow whose activation covers at least this share of the run's GPUs switches to
+whole-machine solving too. Why: the link share above is of the whole fabric, and a run
+on part of a large machine leaves most of the fabric idle (1,024 Frontier GCDs come with
+102,184 links, 16,384 with 209,704), so a symmetric AxoNN activation there, one GCD
+class of two (512 of 1,024 GCDs), uses 512-768 links, 0.5-0.75% of the links, and kept
+per-component bookkeeping: 24,802 component splits for 25,806 phase starts. Measured
+with bench/distinct_work.py (CPU s, components / whole, identical iteration times):
+GPT-320B on 1,024 Frontier GCDs (activations on 1/2 of the GPUs) 1.15 / 0.70; Megatron
+175B on 64 A100 (the tied-embedding all-reduce of the first and last stage on 1/4,
+TP all-reduces on 1/8) 1.745 / 1.760, parity; Megatron 1T on 3,072 A100 (at most 48
+GPUs, 1.6%) and full mode (one instance per activation) never switch, and forcing
+whole-machine solving on 1T costs 45x (226 s)."""
 
 
 class ContentionNetwork:
@@ -252,6 +268,7 @@ class ContentionNetwork:
         self.pricer = pricer
         self.stats = stats
         self.capacity = pricer.bandwidth_Bps
+        self.gpus = pricer.topology.num_gpus
         self.owner = np.full(self.capacity.shape[0], -1, dtype=np.int64)  # link -> component
         self._last = np.full(self.capacity.shape[0], -1, dtype=np.int64)  # scratch (_split)
         self.comps: dict[int, _Component] = {}
@@ -401,6 +418,7 @@ class ContentionNetwork:
         if whole is None and (
             c.phase.split is not None
             or c.phase.links.size >= SPANNING_SHARE * self.capacity.shape[0]
+            or c.act.instances.size >= SPANNING_GPUS * self.gpus
         ):
             whole = self._go_whole()
         if whole is not None:
