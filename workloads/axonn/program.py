@@ -30,6 +30,7 @@ from workloads.axonn.implementation import PRESETS, WeightPolicy
 from workloads.axonn.layers import LinearLayout, block_layouts, logits_layout
 from workloads.axonn.params import Grid
 from workloads.axonn.schedule import AxonnCalls, Call
+from workloads.body_templates import BodyTemplate, copy_body, record_body
 from workloads.builder import ProgramBuilder, microbatch_copies
 from workloads.graph import Program
 from workloads.models import TransformerSpec
@@ -205,6 +206,15 @@ class _Writer(BlockEmitter[LinearLayout]):
         self.layer = -1
 
     # ------------------------------------------------------------ microbatch
+    def state_key(self) -> tuple[object, ...] | None:
+        """Everything of the writer's state that changes what a microbatch emits, or None
+        when some of it names ops (open prefetches or reduce-scatter handles, never
+        left open between microbatches today) and no copy may be made."""
+        if not USE_TEMPLATES or self.prefetched or self.rs_handles:
+            return None
+        b = self.b
+        return (self.first_microbatch, self.layer, self.recompute, b.phase, b._last_compute is None)
+
     def microbatch(self) -> None:
         if self.preset.embedding == "vocab-parallel-xy":
             self._microbatch_megatron_head()
@@ -285,14 +295,38 @@ class _Writer(BlockEmitter[LinearLayout]):
         optimizer_step(b, self.calls.params_per_gpu(), self.s.optimizer)
 
 
+USE_TEMPLATES = True  # off: every microbatch emitted (what the tests compare copies with)
+
+
 def build_axonn_program(spec: TransformerSpec, setup: AxonnSetup) -> Program:
-    """The Program of one iteration (all microbatches + gradient sync + optimizer)."""
+    """The Program of one iteration (all microbatches + gradient sync + optimizer).
+
+    A microbatch body emitted from the same writer state as an earlier one is a copy of
+    it (workloads/body_templates.py): with compressed microbatches the last body copies
+    the middle one."""
     w = _Writer(spec, setup)
+    b = w.b
+    # per writer state: where a body emitted from it lies (start, stop, the compute
+    # stream's last op before it, the builder state after it), made a template on reuse
+    seen: dict[tuple[object, ...], tuple[int, int, int | None, tuple[int | None, str]]] = {}
+    templates: dict[tuple[object, ...], BodyTemplate | None] = {}
     for i, copies in enumerate(microbatch_copies(setup.microbatches, setup.compress_microbatches)):
         # cached blocks gather only in the first microbatch, so it is not like the rest
         first_differs = i == 0 and setup.policy.cached_blocks > 0
-        w.b.begin_segment("microbatch.first" if first_differs else "microbatch", copies)
-        w.microbatch()
-        w.b.end_segment()
+        b.begin_segment("microbatch.first" if first_differs else "microbatch", copies)
+        key = w.state_key()
+        if key is not None and key in seen and key not in templates:
+            start, stop, before, after = seen[key]
+            templates[key] = record_body(b, start, before, stop, after)
+        got = templates.get(key) if key is not None else None
+        if got is not None:
+            copy_body(b, got)
+            w.first_microbatch = False  # what microbatch() leaves (the key had it False)
+        else:
+            start, before = len(b.ops), b._last_compute
+            w.microbatch()
+            if key is not None and key not in seen:
+                seen[key] = (start, len(b.ops), before, (b._last_compute, b.phase))
+        b.end_segment()
     w.gradient_sync_and_step()
     return w.b.build()
