@@ -29,7 +29,7 @@ CASES = {
         "parallel: {strategy: axonn, grid: {x: 2, y: 2, z: 4, data: 4}}\n"
         "engine: {mode: full}\n"
     ),
-    # symmetric, part of a large fabric: each activation covers 1/4 or more of the GPUs
+    # symmetric, part of a large fabric: each activation covers 1/3 or more of the GPUs
     # on well under 1/32 of Frontier's links (the SPANNING_GPUS switch)
     "axonn-part": (
         "cluster: {machine: frontier, gpus: 128}\n"
@@ -67,7 +67,7 @@ def test_components_and_whole_machine_solving_agree(
         assert default.engine.link_bytes == pytest.approx(other.engine.link_bytes, rel=1e-12)
 
 
-def test_an_activation_on_a_quarter_of_the_gpus_solves_the_whole_machine(
+def test_an_activation_on_a_third_of_the_gpus_solves_the_whole_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The GPU-share switch fires where the link share would not (a run on part of a

@@ -238,7 +238,7 @@ components keep each solve small. Results do not depend on it but for float roun
 order of progress updates differs, tests/test_contention_components.py bounds it at
 1e-12 relative)."""
 
-SPANNING_GPUS = 1 / 4
+SPANNING_GPUS = 1 / 3
 """A coflow whose activation covers at least this share of the run's GPUs switches to
 whole-machine solving too. Why: the link share above is of the whole fabric, and a run
 on part of a large machine leaves most of the fabric idle (1,024 Frontier GCDs come with
@@ -247,10 +247,11 @@ class of two (512 of 1,024 GCDs), uses 512-768 links, 0.5-0.75% of the links, an
 per-component bookkeeping: 24,802 component splits for 25,806 phase starts. Measured
 with bench/distinct_work.py (CPU s, components / whole, identical iteration times):
 GPT-320B on 1,024 Frontier GCDs (activations on 1/2 of the GPUs) 1.15 / 0.70; Megatron
-175B on 64 A100 (the tied-embedding all-reduce of the first and last stage on 1/4,
-TP all-reduces on 1/8) 1.745 / 1.760, parity; Megatron 1T on 3,072 A100 (at most 48
-GPUs, 1.6%) and full mode (one instance per activation) never switch, and forcing
-whole-machine solving on 1T costs 45x (226 s)."""
+175B on 64 A100, where the tied-embedding all-reduce of the first and last stage covers
+1/4 and switched at a threshold of 1/4, 1.86 / 1.93 (3 rounds each: 3-5% slower, 9%
+more events), so the threshold lies between 1/4 and 1/2; Megatron 1T on 3,072 A100 (at
+most 48 GPUs, 1.6%) and full mode (one instance per activation) never switch, and
+forcing whole-machine solving on 1T costs 45x (226 s)."""
 
 
 class ContentionNetwork:
