@@ -51,8 +51,10 @@ class CommInfo:
     peer: int = -1  # send: destination position; recv: source position
 
 
-CommEstimate = Callable[[CommInfo], float]
-"""Estimated isolated duration (s) of a rank's communication op, for overlap accounting."""
+CommEstimate = Callable[[CommInfo, int], float]
+"""Estimated isolated duration (s) of a rank's communication op, for overlap accounting;
+the second argument is the op's compiled kind (COLL, SEND or RECV: a receive moves bytes
+from its peer to this rank, so it is priced in that direction)."""
 
 
 @dataclass(eq=False)
@@ -274,7 +276,7 @@ def estimate_overlap(
             info = comms[i]
             assert info is not None
             start = max(clock, stream_free.get(op.stream, 0.0))
-            dur = comm_estimate(info) if comm_estimate is not None else float("inf")
+            dur = comm_estimate(info, k) if comm_estimate is not None else float("inf")
             end = start + dur
             stream_free[op.stream] = end
             end_of[i] = end

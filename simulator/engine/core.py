@@ -32,6 +32,7 @@ from simulator.cost.model import CostModel
 from simulator.engine.compiled import (
     COLL,
     PS_PER_S,
+    RECV,
     SEND,
     WAIT,
     CommInfo,
@@ -290,8 +291,10 @@ class Engine:
         view = self.view
         cache: dict[tuple[object, ...], float] = {}
 
-        def estimate(info) -> float:
-            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer)
+        def estimate(info: CommInfo, kind: int) -> float:
+            """`kind`: the op's compiled kind (a RECV moves bytes from the peer here)."""
+            recv = kind == RECV
+            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer, recv)
             got = cache.get(ck)
             if got is not None:
                 return got
@@ -300,7 +303,7 @@ class Engine:
             gv = view.groups[info.group]
             if info.peer >= 0:
                 own = int(gv.position_of[rank])
-                src, dst = own, info.peer
+                src, dst = (info.peer, own) if recv else (own, info.peer)
                 rows = self.placement[gv.members[:, [src, dst]]]
                 key: Hashable = (info.group, "all", src, dst)
             else:
