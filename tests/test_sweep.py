@@ -126,6 +126,8 @@ def test_killed_sweep_loses_no_row_and_resumes_without_recomputing(tmp_path: Pat
         if journal.is_file() and len(journal.read_text().splitlines()) >= 2:
             break
         time.sleep(0.02)
+    if proc.poll() is not None:  # ended before the kill: say why, not ProcessLookupError
+        pytest.fail(f"the sweep ended before it could be killed: {proc.stderr.read()}")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     before = journal.read_bytes()
