@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import networkx as nx
 import numpy as np
 
+from simulator.api import simulate
+from simulator.config import load_config
 from simulator.cost.model import CostModel, RooflineKernels
 from simulator.engine.core import Engine, EngineResult
 from simulator.network.params import NetworkParams
@@ -104,3 +107,37 @@ def run(
     pricer = CollectivePricer(topology, params or NetworkParams.ideal(), algorithm)
     cost = CostModel(RooflineKernels(flops), pricer, network)
     return Engine(graph, topology, cost, mode=mode, **kw).run()  # type: ignore[arg-type]
+
+
+# A small Frontier (dragonfly, adaptive routing) whose symmetric run activates parity
+# subsets of the z and y groups: the subsets' layout classes are classes the tuner bound.
+SMALL_FRONTIER = [
+    "cluster.machine=frontier",
+    "cluster.gpus=64",
+    "cluster.nodes=null",
+    "model.name=gpt-80b",
+    "parallel.grid={x: 2, y: 2, z: 4, data: 4}",
+    "engine.mode=symmetric",
+]
+_VOLATILE = ("wall", "setup", "events_per", "cpu")  # report keys that time the run itself
+
+
+def _scrub(o: object) -> object:
+    if isinstance(o, dict):
+        return {k: _scrub(v) for k, v in o.items() if not any(s in k for s in _VOLATILE)}
+    if isinstance(o, list):
+        return [_scrub(v) for v in o]
+    return o
+
+
+def run_fingerprint(overrides: list[str]) -> tuple[object, ...]:
+    """Everything a run yields, bit for bit, for comparing two code paths: iteration time,
+    per-link bytes, every simulated rank's records and the report (less its timings)."""
+    r = simulate(load_config(None, overrides))
+    tl = r.engine.timeline
+    return (
+        r.engine.iteration_time_s,
+        r.engine.link_bytes.tobytes(),
+        [repr(tl.rank(k)) for k in tl.ranks],
+        json.dumps(_scrub(r.report.to_json()), sort_keys=True, default=str),
+    )

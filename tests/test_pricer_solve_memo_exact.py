@@ -20,26 +20,15 @@ import numpy as np
 import pytest
 import yaml
 
-from simulator.api import simulate
-from simulator.config import load_config
 from simulator.network import adaptive
 from simulator.network.adaptive import ROUNDS, SplitUsage, best_split, solve
 from simulator.network.maxmin import max_min_rates
 from simulator.network.params import network_params_for
 from simulator.network.pricing import CollectivePricer
+from tests.engine_helpers import SMALL_FRONTIER, run_fingerprint
 from topologies.machines import build_machine
 from topologies.rows import link_index
 from topologies.yaml_loader import PACKAGED_LOADER
-
-SMALL_FRONTIER = [
-    "cluster.machine=frontier",
-    "cluster.gpus=64",
-    "cluster.nodes=null",
-    "model.name=gpt-80b",
-    "parallel.grid={x: 2, y: 2, z: 4, data: 4}",
-    "engine.mode=symmetric",
-]
-VOLATILE = ("wall", "setup", "events_per", "cpu")
 
 
 def _reference_solve(phases: Sequence[adaptive.AdaptivePhase], capacity: np.ndarray) -> np.ndarray:
@@ -147,14 +136,6 @@ def test_valiant_usage_untimed_is_the_timed_usage() -> None:
         assert timed[3] == untimed[3]
 
 
-def _scrub(o: object) -> object:
-    if isinstance(o, dict):
-        return {k: _scrub(v) for k, v in o.items() if not any(s in k for s in VOLATILE)}
-    if isinstance(o, list):
-        return [_scrub(v) for v in o]
-    return o
-
-
 def _outcome(optimised: bool) -> tuple[object, ...]:
     mp = pytest.MonkeyPatch()
     if not optimised:
@@ -173,16 +154,9 @@ def _outcome(optimised: bool) -> tuple[object, ...]:
 
         mp.setattr(CollectivePricer, "_link_loads", timed_loads)
     try:
-        r = simulate(load_config(None, SMALL_FRONTIER))
+        return run_fingerprint(SMALL_FRONTIER)
     finally:
         mp.undo()
-    tl = r.engine.timeline
-    return (
-        r.engine.iteration_time_s,
-        r.engine.link_bytes.tobytes(),
-        [repr(tl.rank(k)) for k in tl.ranks],
-        json.dumps(_scrub(r.report.to_json()), sort_keys=True, default=str),
-    )
 
 
 def test_frontier_run_is_bit_identical_to_the_reference_paths() -> None:

@@ -6,40 +6,18 @@ per-link bytes and the report (per-group and per-kind times, the tuner's estimat
 
 from __future__ import annotations
 
-import json
 from itertools import permutations
 
 import numpy as np
 import pytest
 
-from simulator.api import simulate
-from simulator.config import load_config
 from simulator.network.maxmin import max_min_rates
 from simulator.network.params import network_params_for
 from simulator.network.pricing import BoundPhase, CollectivePricer
+from tests.engine_helpers import SMALL_FRONTIER, run_fingerprint
 from topologies.machines import build_machine
 from topologies.rows import link_index, unique_rows
 from workloads.ops import CollectiveKind
-
-# a small Frontier (dragonfly, adaptive routing) whose symmetric run activates parity
-# subsets of the z and y groups: the subsets' layout classes are classes the tuner bound
-SMALL_FRONTIER = [
-    "cluster.machine=frontier",
-    "cluster.gpus=64",
-    "cluster.nodes=null",
-    "model.name=gpt-80b",
-    "parallel.grid={x: 2, y: 2, z: 4, data: 4}",
-    "engine.mode=symmetric",
-]
-VOLATILE = ("wall", "setup", "events_per", "cpu")
-
-
-def _scrub(o: object) -> object:
-    if isinstance(o, dict):
-        return {k: _scrub(v) for k, v in o.items() if not any(s in k for s in VOLATILE)}
-    if isinstance(o, list):
-        return [_scrub(v) for v in o]
-    return o
 
 
 def _outcome(reuse: bool) -> tuple[object, ...]:
@@ -58,17 +36,9 @@ def _outcome(reuse: bool) -> tuple[object, ...]:
         )
         mp.setattr(CollectivePricer, "layout_classes", CollectivePricer._layout_classes)
     try:
-        r = simulate(load_config(None, SMALL_FRONTIER))
+        return (*run_fingerprint(SMALL_FRONTIER), calls[0])
     finally:
         mp.undo()
-    tl = r.engine.timeline
-    return (
-        r.engine.iteration_time_s,
-        r.engine.link_bytes.tobytes(),
-        [repr(tl.rank(k)) for k in tl.ranks],
-        json.dumps(_scrub(r.report.to_json()), sort_keys=True, default=str),
-        calls[0],
-    )
 
 
 def test_reused_usages_give_bit_identical_runs() -> None:

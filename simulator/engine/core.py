@@ -109,10 +109,10 @@ def split_classes_by_position(
 
 MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
 # The most op instances (simulated ranks x their program's ops) one run simulates.
-# Measured on the 2-core development machine (bench/distinct_work.py, full mode GPT-80B
-# on 1,024 Perlmutter GPUs: 13.0 M op instances, 42.3 CPU s, peak RSS 0.41 GiB): 3.2 us
-# and ~34 bytes per op instance (RSS including the interpreter), so 2^26 bound a run near
-# 4 minutes and 2.3 GB.
+# Measured on the 2-core development machine (bench/scale.py, 2026-11-28, full mode
+# GPT-80B on 4,096 Perlmutter GPUs, the largest case: 35.7 M op instances simulated,
+# 229.7 s wall, peak RSS 1.44 GiB): 6.4 us and ~43 bytes per op instance (RSS including
+# the interpreter), so 2^26 bound a run near 7 minutes and 2.9 GB.
 MAX_SIMULATED_OPS = 2**26
 
 
