@@ -101,6 +101,9 @@ class BoundPhase:
     # however instances are bundled: adaptive routing decides per family and a family
     # advances at one rate, as the symmetric mode's lockstep instances do
     family: Hashable = None
+    # per-member step message / S (a ring's S/p), for the library's measured regimes; 0:
+    # none applies
+    chunk_factor: float = 0.0
     # creation order: the runtime orders a component's coflows by it, so float sums over
     # them (link loads, per-link bytes) do not depend on where objects sit in memory
     serial: int = field(default_factory=lambda: next(_PHASE_SERIAL))
@@ -690,6 +693,7 @@ class CollectivePricer:
                     split_x=split_x,
                     instance_rate_Bps=alone,
                     family=(family, i),
+                    chunk_factor=ph.chunk_factor,
                 )
             )
         tier = "inter_node" if any(ph.steps and ph.inter for ph in phases) else "intra_node"
@@ -849,12 +853,39 @@ class CollectivePricer:
 
     def phase_latency(self, phase: BoundPhase, protocol: str) -> float:
         """A phase's latency under `protocol`: node-crossing steps pay the worst route
-        latency plus the protocol's network step latency, the others the node-local ones."""
+        latency plus the protocol's per-hop network latency, the others the node-local
+        route latency plus the node-local step latency, which in a phase that crosses
+        nodes is at least the proxy's per-step floor (NCCL's max(intraLat, netOverhead))."""
         t = self.params.collectives.term(protocol)
         k = phase.inter_steps
         return k * (phase.far_s + t.inter_step_s) + (phase.steps - k) * (
-            phase.near_s + t.intra_step_s
+            phase.near_s + t.local_step_s(phase.inter)
         )
+
+    def _regime_protocols(self, bundle: Bundle, nbytes: float) -> tuple[str, ...]:
+        """The protocol a measured regime of the library build runs the bundle on (its
+        tuner's choice in the regime's window, e.g. RCCL's Simple), if any applies and
+        no protocol is forced; () otherwise."""
+        regimes = self.params.collectives.active_regimes
+        if not regimes or self.protocol != "auto":
+            return ()
+        enabled = self.protocols_for(bundle)
+        for r in regimes:
+            if r.protocol in enabled and any(
+                ph.chunk_factor > 0 and r.in_window(ph.inter, ph.chunk_factor * nbytes)
+                for ph in bundle.phases
+            ):
+                return (r.protocol,)
+        return ()
+
+    def stall_latency(self, phase: BoundPhase, protocol: str, nbytes: float) -> float:
+        """The stall of the library build's measured regimes (simulator/network/regimes.py)
+        on a phase under `protocol` for a collective of `nbytes`; 0 where none applies."""
+        regimes = self.params.collectives.active_regimes
+        if not regimes or phase.chunk_factor <= 0:
+            return 0.0
+        step = phase.chunk_factor * nbytes
+        return sum(r.stall_s(protocol, phase.inter, step, phase.steps) for r in regimes)
 
     def protocols_for(self, bundle: Bundle) -> tuple[str, ...]:
         """The protocols the tuner weighs for a bundle (a forced one alone)."""
@@ -934,7 +965,7 @@ class CollectivePricer:
             launch += self.params.collectives.inter_node_base_s
         best: PhasePlan | None = None
         best_t = np.inf
-        for proto in self.protocols_for(bundle):
+        for proto in self._regime_protocols(bundle, nbytes) or self.protocols_for(bundle):
             term = self.params.collectives.term(proto)
             lat = tuple(self.phase_latency(ph, proto) for ph in phases)
             wire = tuple(ph.bytes_factor * nbytes / term.bandwidth_factor for ph in phases)
@@ -948,6 +979,12 @@ class CollectivePricer:
                 best_t = total
                 best = PhasePlan(launch + term.base_latency_s, lat, wire, proto)
         assert best is not None  # protocols_for never returns an empty tuple
+        if self.params.collectives.active_regimes:
+            # the library's tuner chose without its build's measured stalls; they are paid
+            stalls = [self.stall_latency(ph, best.protocol, nbytes) for ph in phases]
+            if any(stalls):
+                lat = tuple(a + b for a, b in zip(best.latency_s, stalls, strict=True))
+                best = PhasePlan(best.overhead_s, lat, best.bytes_per_flow, best.protocol)
         return best
 
     def _plan(

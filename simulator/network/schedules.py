@@ -61,6 +61,9 @@ class Phase:
     """Of `steps`, how many pay the network's latency when the phase crosses nodes (NCCL's
     tuning model: a ring all-reduce 2 x nodes, other rings nodes - 1, a tree 2 log2
     nodes); None: every step does."""
+    chunk_factor: float = 0.0
+    """The message one member forwards per step, as a fraction of S (a ring's S/p); 0
+    where the phase has no single step message (trees, chains, all-pairs)."""
 
     @property
     def flow_volume(self) -> float:
@@ -187,7 +190,16 @@ def ring_schedule(
         crossings = 2 * layout.num_nodes if kind is K.ALL_REDUCE else layout.num_nodes - 1
         return Schedule(
             "ring",
-            (Phase(src, dst, mult * (p - 1) / p / c, mult * (p - 1), inter_steps=crossings),),
+            (
+                Phase(
+                    src,
+                    dst,
+                    mult * (p - 1) / p / c,
+                    mult * (p - 1),
+                    inter_steps=crossings,
+                    chunk_factor=1.0 / p,
+                ),
+            ),
         )
     if kind in (K.BROADCAST, K.REDUCE):
         chains = []
