@@ -29,11 +29,9 @@ rank); nothing usable at all is an error too, never an empty file.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import hashlib
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime

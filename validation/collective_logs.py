@@ -308,7 +308,7 @@ def exclusions(
         larger = min(s.time_s for s in group if s.nbytes > first.nbytes)
         if first.time_s > factor * larger:
             flagged.add(id(first))
-    kept = []
+    kept: list[CollectiveSample] = []
     for s in samples:
         (out[CONNECTION_SETUP] if id(s) in flagged else kept).append(s)
     return kept, out
