@@ -47,9 +47,12 @@ def build_cost_model(
 ) -> CostModel:
     """CostModel for an experiment: kernel timer, collective pricer (with the calibration's
     collective tables, if any), network fidelity."""
+    params = params or network_params_for(topology)
+    if config.engine.collective_library is not None:
+        params = params.with_library(config.engine.collective_library)
     pricer = CollectivePricer(
         topology,
-        params or network_params_for(topology),
+        params,
         config.engine.collective_algorithm,
         calibration=calibration,
         gpu=gpu,
