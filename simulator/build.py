@@ -47,15 +47,13 @@ def build_cost_model(
 ) -> CostModel:
     """CostModel for an experiment: kernel timer, collective pricer (with the calibration's
     collective tables, if any), network fidelity."""
-    params = params or network_params_for(topology)
-    if config.engine.collective_library is not None:
-        params = params.with_library(config.engine.collective_library)
     pricer = CollectivePricer(
         topology,
-        params,
+        params or network_params_for(topology),
         config.engine.collective_algorithm,
         calibration=calibration,
         gpu=gpu,
+        library=config.engine.collective_library,
     )
     # a user's single factor (engine.compute_slowdown_under_overlap) replaces both classes
     user = config.engine.compute_slowdown_under_overlap

@@ -188,3 +188,20 @@ def test_every_pccl_row_has_the_build_its_log_shows() -> None:
     builds = {(s.machine, s.build) for s in samples}
     assert ("perlmutter", "NCCL 2.21.5 (PCCL runs)") in builds
     assert len({b for m, b in builds if m == "frontier"}) == 3
+
+
+def test_a_chosen_build_survives_a_calibrations_network_block() -> None:
+    """`engine.collective_library` / `--library` name the build the run follows, over the
+    preset's and over a calibration file's `library`."""
+    from simulator.cost.calibration import Calibration, GpuCalibration
+    from simulator.network.protocols import CollectiveModelSpec
+
+    topo = build_machine("frontier", 2)
+    spec = CollectiveModelSpec.model_validate({"library": "RCCL 2.18.6"})
+    cal = Calibration(gpus={"mi250x-gcd": GpuCalibration(network=spec)})
+    build = "RCCL (PCCL runs, 1 GCD per rank)"
+    pricer = CollectivePricer(topo, network_params_for(topo), calibration=cal, library=build)
+    assert pricer.params.collectives.library == build
+    assert pricer.params.collectives.active_regimes  # the preset lists a regime for it
+    plain = CollectivePricer(topo, network_params_for(topo), calibration=cal)
+    assert plain.params.collectives.active_regimes == ()

@@ -180,10 +180,8 @@ def register(app: click.Group) -> None:
         )
         sizes = parse_size_sweep(size, factor)
         params = network_params_for(topo)
-        if library is not None:
-            if not library.strip():
-                raise ConfigError("--library: give a library build, e.g. 'RCCL 2.18.6'")
-            params = params.with_library(library)
+        if library is not None and not library.strip():
+            raise ConfigError("--library: give a library build, e.g. 'RCCL 2.18.6'")
         cal = None
         if calibration:
             from simulator.cost.calibration import load_calibration
@@ -191,7 +189,7 @@ def register(app: click.Group) -> None:
             cal = load_calibration(calibration)
         rows = collective_sweep(
             topo, op, group, placement, sizes, algorithm, network, params, instances, cal,
-            per_node, protocol,
+            per_node, protocol, library=library,
         )  # fmt: skip
         if as_json or fmt == "json":
             click.echo(json.dumps([stamp(r.as_dict()) for r in rows], indent=2))

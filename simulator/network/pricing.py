@@ -148,6 +148,7 @@ class CollectivePricer:
         calibration: Calibration | None = None,
         gpu: str | None = None,
         protocol: str = "auto",
+        library: str | None = None,
     ):
         if algorithm != "auto" and algorithm not in ALGORITHMS:
             raise CostModelError(
@@ -157,6 +158,8 @@ class CollectivePricer:
         measured = calibration.network_spec(self.gpu) if calibration is not None else None
         if measured is not None:  # a calibration's fitted protocol terms and efficiencies
             params = params.with_spec(measured)
+        if library is not None:  # the build asked for, over the preset's and calibration's
+            params = params.with_library(library)
         if protocol != "auto" and protocol not in params.collectives.terms:
             known = ", ".join(params.collectives.terms)
             raise CostModelError(f"unknown protocol '{protocol}' (use auto or one of {known})")
