@@ -53,6 +53,7 @@ def build_cost_model(
         config.engine.collective_algorithm,
         calibration=calibration,
         gpu=gpu,
+        library=config.engine.collective_library,
     )
     # a user's single factor (engine.compute_slowdown_under_overlap) replaces both classes
     user = config.engine.compute_slowdown_under_overlap

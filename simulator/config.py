@@ -196,6 +196,12 @@ class EngineConfig(UserModel):
         "auto", "ring", "tree", "recursive-halving-doubling", "direct", "hierarchical"
     ] = "auto"
     calibration: str | None = None
+    collective_library: str | None = Field(
+        default=None,
+        description="The collective library build the network follows (default: the machine "
+        "preset's, e.g. 'RCCL 2.18.6'): the algorithms it enables and the measured regimes "
+        "it shows (machines.yaml collectives.regimes).",
+    )
     steady_state: bool = True
     virtual_microbatches: bool = Field(
         default=True,
@@ -210,6 +216,13 @@ class EngineConfig(UserModel):
     def _named_file(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
             raise ValueError("an empty path (give the calibration file, or leave it out)")
+        return v
+
+    @field_validator("collective_library")
+    @classmethod
+    def _named_library(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("an empty name (give a library build, e.g. 'RCCL 2.18.6')")
         return v
 
 

@@ -74,6 +74,34 @@ def test_fit_recovers_what_the_simulator_produced() -> None:
     assert np.abs(predicted / measured - 1).max() < 0.02
 
 
+def test_fit_recovers_a_regimes_stall() -> None:
+    """Closed loop with a measured regime: samples timed by the engine under a build whose
+    small-step stall is 250 us per ring step (Frontier, 16 and 32 GCDs), fitted from the
+    regime's window and build alone: the stall comes back within 2%."""
+    from dataclasses import replace as dc_replace
+
+    from simulator.network.params import network_params_for
+    from validation.calibrate_network import regime_templates
+
+    template = regime_templates("frontier")[1]
+    build = template.libraries[0]
+    truth = dc_replace(template, per_step_s=250e-6)
+    samples = []
+    for ranks in (16, 32):
+        topo = build_machine("frontier", ranks // 8)
+        base = network_params_for(topo)
+        params = dc_replace(base, collectives=dc_replace(base.collectives, regimes=(truth,)))
+        sizes = [(1 << 20) << k for k in range(8)]
+        for r in collective_sweep(topo, "all-gather", ranks, 1, sizes, instances="one",
+                                  params=params.with_library(build)):  # fmt: skip
+            samples.append(CollectiveSample("frontier", CollectiveKind.ALL_GATHER, ranks,
+                                            ranks // 8, float(r.bytes), r.time_s, "sim",
+                                            build=build))  # fmt: skip
+    result = NetworkFit("frontier", samples, (template,)).fit()
+    (fitted,) = [r for r in result.model.regimes if r.name == template.name]
+    assert fitted.per_step_s == pytest.approx(250e-6, rel=0.02)
+
+
 @pytest.mark.parametrize(("machine", "ranks"), [("frontier", (8, 256)), ("perlmutter", (16, 256))])
 def test_presets_hold_what_calibrate_fits(machine: str, ranks: tuple[int, ...]) -> None:
     """machines.yaml's fitted terms are `axsim calibrate` on the PCCL rows (to the
@@ -90,9 +118,12 @@ def test_presets_hold_what_calibrate_fits(machine: str, ranks: tuple[int, ...]) 
         got = spec.protocols[proto]
         assert got.inter_node_step_us == pytest.approx(terms["inter_node_step_us"], rel=2e-3)
         assert got.intra_node_step_us == pytest.approx(terms["intra_node_step_us"], rel=2e-3)
+        assert got.proxy_step_us == pytest.approx(terms["proxy_step_us"], rel=2e-3)
         assert got.bandwidth_factor == pytest.approx(terms["bandwidth_factor"], rel=2e-3)
     for kind, value in preset["link_efficiency"].items():
         assert spec.link_efficiency[kind] == pytest.approx(value, rel=2e-3)
+    regimes = {r["name"]: r["per_step_us"] for r in preset.get("regimes", ())}
+    assert {r.name: r.per_step_us for r in spec.regimes} == pytest.approx(regimes, rel=2e-3)
 
 
 def test_nccl_tests_table_reads_back_what_it_wrote(tmp_path: Path) -> None:

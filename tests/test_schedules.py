@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from simulator.errors import CostModelError
+from simulator.network.library import Library
 from simulator.network.schedules import Layout, build_schedule, candidate_algorithms, ring_channels
 from workloads.ops import CollectiveKind as K
 
@@ -96,6 +96,43 @@ def test_candidates_follow_nccl() -> None:
     assert candidate_algorithms(K.ALL_REDUCE, layout(4, 2)) == ("ring", "tree")
     assert candidate_algorithms(K.ALL_GATHER, layout(4, 2)) == ("ring",)
     assert candidate_algorithms(K.ALL_TO_ALL, layout(4, 2)) == ("direct",)
-    assert np.all(
-        np.asarray(candidate_algorithms(K.BROADCAST, layout(2, 2))) == np.array(["ring", "tree"])
-    )
+    # broadcast / reduce: the ring's pipelined chain only (tuning.cc skips the rest)
+    assert candidate_algorithms(K.BROADCAST, layout(2, 2)) == ("ring",)
+    assert candidate_algorithms(K.REDUCE, layout(4, 1)) == ("ring",)
+
+
+def test_pat_only_for_nccl_builds_that_have_it_with_one_gpu_per_node() -> None:
+    """NCCL >= 2.23 enables PAT for all-gather / reduce-scatter where nNodes == nRanks
+    (v2.23.4-1 tuning.cc ncclPatEnable); no RCCL release has it."""
+    new, old, rccl = (Library.parse(x) for x in ("NCCL 2.23.4", "NCCL 2.22.3", "RCCL 2.21.5"))
+    sparse, dense = layout(8, 1), layout(4, 2)
+    assert candidate_algorithms(K.ALL_GATHER, sparse, new) == ("ring", "pat")
+    assert candidate_algorithms(K.REDUCE_SCATTER, sparse, new) == ("ring", "pat")
+    assert candidate_algorithms(K.ALL_GATHER, dense, new) == ("ring",)
+    assert candidate_algorithms(K.ALL_GATHER, sparse, old) == ("ring",)
+    assert candidate_algorithms(K.ALL_GATHER, sparse, rccl) == ("ring",)
+    assert candidate_algorithms(K.ALL_REDUCE, sparse, new) == ("ring", "tree")
+    pat = build_schedule("pat", K.ALL_GATHER, sparse)
+    assert len(pat.phases) == 3 and all(ph.steps == 1 for ph in pat.phases)
+    # the ring's volume ((p - 1) / p of S per member) at 0.85 of its bandwidth
+    moved = sum(ph.bytes_factor for ph in pat.phases)
+    assert moved == pytest.approx(7 / 8 / 0.85)
+
+
+def test_broadcast_chain_carries_the_pipeline_fill() -> None:
+    """A broadcast is one chain per channel whose L = p - 1 hops each carry the channel's
+    share; the schedule records L for the pipelined chunks' fill."""
+    sched = build_schedule("ring", K.BROADCAST, layout(2, 4), root=0)
+    (ph,) = sched.phases
+    assert ph.chain_hops == 7 and ph.bytes_factor == pytest.approx(1 / 4)
+    assert not build_schedule("ring", K.ALL_GATHER, layout(2, 4)).phases[0].chain_hops
+
+
+def test_hierarchical_levels_are_separate_calls_with_their_step_messages() -> None:
+    """ZeRO++'s 3-level tiers: an all-gather over 2 Frontier nodes gathers across nodes
+    first (S/8 per GPU ring of 2), then among the node's package leaders (S/2 over 4),
+    then inside the GCD pair (S over 2); each level a call of its own."""
+    sched = build_schedule("hierarchical", K.ALL_GATHER, layout(2, 8, package=2))
+    assert sched.separate_calls and len(sched.phases) == 3
+    assert [ph.bytes_factor for ph in sched.phases] == pytest.approx([1 / 2 / 8, 3 / 4 / 2, 1 / 2])
+    assert [ph.chunk_factor for ph in sched.phases] == pytest.approx([1 / 16, 1 / 8, 1 / 2])

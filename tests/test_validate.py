@@ -35,6 +35,7 @@ def test_every_published_number_is_a_case() -> None:
         + 2  # Vidur GEMMs, A100 and H100
         + 1  # overlap
         + 2 * 2 * 2  # PCCL: Frontier and Perlmutter, fit and predicted, median and p90
+        + 2  # PCCL's hierarchical ("hybrid") all-gather, Frontier and Perlmutter
         + 2  # Vidur's DGX H100 all-reduce curve: median and p90
         + len(claim_cases())  # the seed papers' claims
     )
@@ -53,8 +54,11 @@ def test_every_published_number_is_a_case() -> None:
     assert pccl["pccl-frontier-predicted-median"].role == "prediction"
     assert pccl["pccl-frontier-fit-p90"].role == "fit"
     assert all(c.bound for c in pccl.values())
-    assert {c.published for c in pccl.values()} == {20.0, 50.0}
+    assert {c.published for c in pccl.values()} == {20.0, 50.0, 25.0}
     assert pccl["pccl-frontier-fit-p90"].tolerance_text == "<= 50%"
+    # the hierarchical rows are predictions of the model fitted on the vendor rows only
+    assert pccl["pccl-perlmutter-hybrid-median"].role == "prediction"
+    assert pccl["pccl-perlmutter-hybrid-median"].published == 25.0
 
 
 def test_error_and_status() -> None:

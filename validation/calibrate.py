@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -77,10 +77,12 @@ from validation.calibrate_kernels import (
     gemm_table,
     resolve_statistic,
 )
-from validation.calibrate_network import fit_machine
+from validation.calibrate_network import fit_machine, regime_templates
 from validation.collective_logs import (
+    EXCLUSION_RULES,
     CollectiveSample,
     drop_unhealthy,
+    exclusions,
     is_nccl_tests,
     is_pccl_csv,
     read_nccl_tests,
@@ -303,8 +305,9 @@ def _network_blocks(
     samples: list[CollectiveSample], opts: LogOptions, notes: dict[str, Any]
 ) -> dict[str, Any]:
     """Per GPU type, the collective-library terms fitted on each machine's samples (after
-    dropping unhealthy points, keeping `fit_ranks` and sizes >= `min_bytes`)."""
-    kept, dropped = drop_unhealthy(samples)
+    the documented exclusions of collective_logs.EXCLUSION_RULES, keeping `fit_ranks` and
+    sizes >= `min_bytes`), with the per-step stalls of the preset's measured regimes."""
+    kept, excluded = exclusions(samples)
     out: dict[str, Any] = {}
     for machine in sorted({s.machine for s in kept}):
         mine = [
@@ -319,14 +322,18 @@ def _network_blocks(
             "machine": machine,
             "ranks": ranks,
             "min_bytes": opts.min_bytes,
-            "dropped_unhealthy": sum(1 for s in dropped if s.machine == machine),
-            "unhealthy_rule": "more than 2x slower than a larger message of the same job",
+            "samples_by_build": dict(sorted(Counter(s.build or "-" for s in mine).items())),
+            "excluded": {
+                rule: sum(1 for s in rows if s.machine == machine)
+                for rule, rows in excluded.items()
+            },
+            "exclusion_rules": EXCLUSION_RULES,
         }
         source = (
             f"axsim calibrate on {len(mine)} measured {machine} collectives at "
             f"{', '.join(map(str, ranks))} ranks"
         )
-        gpu, spec = fit_machine(machine, mine, source, info)
+        gpu, spec = fit_machine(machine, mine, source, info, regime_templates(machine))
         if gpu in out:
             raise CalibrationError(f"two machines with GPU {gpu}: calibrate them separately")
         out[gpu] = spec

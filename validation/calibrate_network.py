@@ -10,15 +10,26 @@ model, simulator/network/protocols.py), written per sample as
 where the phases, their step counts (k of them crossing nodes), route latencies and the
 per-link-kind rate limits come from binding the algorithm on the machine's topology
 (`LayoutTerms`), rate(eff) = min over link kinds of eff_kind x (raw rate limit of that
-kind), and the free parameters are: the launch overhead (only with single-node samples:
-multi-node ones cannot tell it from) the base every node-crossing collective pays (only
-with samples at two node counts or more); per enabled protocol the step
-latency inside a node a_p (only with single-node samples) and across nodes b_p (only with
-multi-node samples) and, for protocols other than Simple, the bandwidth factor eta_p; and
-the efficiency of each link kind that limits some sample (the NICs across nodes, the GPU
-links inside one). Protocols' base latencies stay the library's table values, and a
-parameter no sample can inform keeps its prior. Where every sample has the same GPUs per
-node, intra- and inter-node step latencies are confounded; a_p then keeps its prior.
+kind), a_p is the node-local step latency (in a phase that crosses nodes at least the
+proxy's per-step floor c_p: NCCL's max(intraLat, netOverhead)) and the free parameters
+are: the launch overhead (only with single-node samples: multi-node ones cannot tell it
+from) the base every node-crossing collective pays (only with samples at two node counts
+or more); per enabled protocol the step latency inside a node a_p (only with
+single-node samples) and the per-hop network latency b_p (only with multi-node samples)
+and, for protocols other than Simple, the bandwidth factor eta_p; the efficiency of each
+link kind that limits some sample (the NICs across nodes, the GPU links inside one); and
+the per-step stall of the library build's measured regime (simulator/network/regimes.py)
+where the samples include its window (the protocol is chosen without it, as the
+library's tuner does, and the stall paid on every step).
+
+Where every sample has the same GPUs per node k (the PCCL rows: 8 on Frontier, 4 on
+Perlmutter) a multi-node ring only tells b_p + (k - 1) x max(a_p, c_p) per node, not how
+it splits into the per-hop network term and the per-step proxy floor that a ring with one
+member per node does not pay. The fit keeps the library's own split: c_p = b_p x (the
+table's netOverhead / its hwLat[NET]) (RCCL's Frontier table: 6 / 19.8 for Simple, 2 /
+9.5 for LL; NCCL 2.15: 6 / 9.6, 2 / 2.7 on AMD hosts), so one measured scale per protocol
+sets both. Protocols' base latencies stay the library's table values, and a parameter no
+sample can inform keeps its prior.
 
 The fit minimises a robust (soft-L1, scale 0.2) sum of log-time residuals with a
 Levenberg-Marquardt iteration on log / logit parameters (positivity and the (0, 1] bounds
@@ -48,8 +59,10 @@ from simulator.network.protocols import (
     CollectiveModel,
     CollectiveModelSpec,
     ProtocolTerms,
+    host_proxy_step_s,
     spec_from_model,
 )
+from simulator.network.regimes import Regime, RegimeSpec
 from simulator.network.schedules import candidate_algorithms
 from topologies.catalogue import machine_preset
 from topologies.hardware import gpu_catalogue
@@ -73,6 +86,8 @@ class PhaseTerms:
     near_s: float
     far_s: float
     rate_by_kind: dict[str, float]  # raw per-flow rate limit of each link kind it uses
+    inter: bool = False  # some flow leaves its node
+    chunk_factor: float = 0.0  # per-member step message / S
 
 
 @dataclass(frozen=True)
@@ -113,7 +128,16 @@ def layout_terms(machine: str, kind: CollectiveKind, ranks: int, nodes: int) -> 
                 sel = link_kinds == code
                 by_kind[LINK_KINDS[code].value] = float(per_link[sel].min())
             phases.append(
-                PhaseTerms(ph.bytes_factor, ph.steps, ph.inter_steps, ph.near_s, ph.far_s, by_kind)
+                PhaseTerms(
+                    ph.bytes_factor,
+                    ph.steps,
+                    ph.inter_steps,
+                    ph.near_s,
+                    ph.far_s,
+                    by_kind,
+                    ph.inter,
+                    ph.chunk_factor,
+                )
             )
         out.append(LayoutTerms(algo, bundle.tier == "inter_node", tuple(phases)))
     return out
@@ -127,23 +151,36 @@ def prior_params(machine: str) -> NetworkParams:
     topo = build_machine(machine, 1)
     vendor = gpu_catalogue()[topo.gpu_type].vendor
     base = default_network_params(
-        vendor if vendor in ("nvidia", "amd", "cpu") else "nvidia", intra_row_of(topo)
+        vendor if vendor in ("nvidia", "amd", "cpu") else "nvidia",
+        intra_row_of(topo),
+        str(topo.metadata.get("node_type") or ""),
     )
     enabled = network_params_for(topo).collectives
     model = replace(
-        base.collectives, enabled_intra=enabled.enabled_intra, enabled_inter=enabled.enabled_inter
+        base.collectives,
+        enabled_intra=enabled.enabled_intra,
+        enabled_inter=enabled.enabled_inter,
+        library=enabled.library,
     )
+    host = machine_preset(machine).collectives.get("host_net_overhead_us")
+    if host is not None:  # the host CPU's network post overhead (not a fit)
+        terms = {
+            n: replace(t, proxy_step_s=host_proxy_step_s(n, float(host)))
+            for n, t in model.terms.items()
+        }
+        model = replace(model, terms=terms)
     return replace(base, collectives=model)
 
 
 @dataclass
 class _Group:
-    """Samples sharing a layout: their sizes and times, and the layout's algorithms."""
+    """Samples sharing a layout and a library build: sizes, times, the layout's algorithms."""
 
     terms: list[LayoutTerms]
     nbytes: np.ndarray
     time_s: np.ndarray
     index: np.ndarray  # positions in the sample list
+    build: str = ""  # the library build the samples were measured with ("": the preset's)
 
 
 @dataclass
@@ -172,26 +209,44 @@ class Parameters:
         return out
 
 
-class NetworkFit:
-    """The model of `validation.calibrate_network` over a set of samples of one machine."""
+def regime_templates(machine: str) -> tuple[Regime, ...]:
+    """The machine's measured regimes as its preset declares them (window, protocol,
+    builds); a fit determines their per-step stalls."""
+    raw = machine_preset(machine).collectives.get("regimes") or ()
+    return tuple(Regime.from_spec(RegimeSpec.model_validate(r)) for r in raw)
 
-    def __init__(self, machine: str, samples: Sequence[CollectiveSample]) -> None:
+
+class NetworkFit:
+    """The model of `validation.calibrate_network` over a set of samples of one machine.
+
+    `regimes`: measured regimes whose per-step stalls are fitted too (window, protocol and
+    builds as given), each where samples of its builds fall in its window."""
+
+    def __init__(
+        self,
+        machine: str,
+        samples: Sequence[CollectiveSample],
+        regimes: Sequence[Regime] = (),
+    ) -> None:
         if not samples:
             raise CalibrationError(f"{machine}: no samples to fit")
         self.machine = machine
         self.prior = prior_params(machine)
         self.samples = list(samples)
-        groups: dict[tuple[CollectiveKind, int, int], list[int]] = defaultdict(list)
+        self.regimes = tuple(regimes)
+        groups: dict[tuple[CollectiveKind, int, int, str], list[int]] = defaultdict(list)
         for i, s in enumerate(self.samples):
-            groups[(s.kind, s.ranks, s.nodes)].append(i)
+            groups[(s.kind, s.ranks, s.nodes, s.build)].append(i)
+        terms = {k[:3]: layout_terms(machine, *k[:3]) for k in groups}
         self.groups = [
             _Group(
-                layout_terms(machine, kind, ranks, nodes),
+                terms[(kind, ranks, nodes)],
                 np.array([self.samples[i].nbytes for i in idx]),
                 np.array([self.samples[i].time_s for i in idx]),
                 np.array(idx),
+                build,
             )
-            for (kind, ranks, nodes), idx in groups.items()
+            for (kind, ranks, nodes, build), idx in groups.items()
         ]
         self.params = self._parameters()
 
@@ -218,7 +273,21 @@ class NetworkFit:
                 p.add(f"{name}.factor", t.bandwidth_factor, "logit")
         for kind in sorted(self._limiting_kinds()):
             p.add(f"eff.{kind}", self.prior.efficiency_of(kind), "logit")
+        for i, r in enumerate(self.regimes):
+            if self._in_window(r):
+                p.add(f"stall.{i}", max(r.per_step_s, 1e-4), "log")
         return p
+
+    def _in_window(self, regime: Regime) -> bool:
+        """Whether some sample of the regime's builds falls in its window."""
+        for g in self.groups:
+            if not regime.applies_to(g.build):
+                continue
+            for t in g.terms[:1]:
+                for ph in t.phases:
+                    if any(regime.in_window(ph.inter, ph.chunk_factor * b) for b in g.nbytes):
+                        return True
+        return False
 
     def _limiting_kinds(self) -> set[str]:
         """Link kinds that bound some phase's rate at the prior efficiencies."""
@@ -237,29 +306,43 @@ class NetworkFit:
         prior = self.prior.collectives
         terms = {}
         for name, t in prior.terms.items():
+            inter = values.get(f"{name}.inter", t.inter_step_s)
+            # the library table's split of a multi-node ring's per-node cost (module doc)
+            ratio = t.proxy_step_s / t.inter_step_s if t.inter_step_s > 0 else 0.0
             terms[name] = ProtocolTerms(
                 t.base_latency_s,
                 values.get(f"{name}.intra", t.intra_step_s),
-                values.get(f"{name}.inter", t.inter_step_s),
+                inter,
                 values.get(f"{name}.factor", t.bandwidth_factor),
+                inter * ratio,
             )
+        regimes = tuple(
+            replace(r, per_step_s=values[f"stall.{i}"]) if f"stall.{i}" in values else r
+            for i, r in enumerate(self.regimes)
+        )
         model = CollectiveModel(
             launch_overhead_s=values.get("launch", prior.launch_overhead_s),
             inter_node_base_s=values.get("inter_base", prior.inter_node_base_s),
             terms=terms,
             enabled_intra=prior.enabled_intra,
             enabled_inter=prior.enabled_inter,
+            library=prior.library,
+            regimes=regimes,
         )
         eff = {k.removeprefix("eff."): v for k, v in values.items() if k.startswith("eff.")}
         return model, eff
 
     def predict(self, model: CollectiveModel, eff: dict[str, float]) -> np.ndarray:
-        """Modelled time of every sample (the tuner's choice of algorithm and protocol)."""
+        """Modelled time of every sample (the tuner's choice of algorithm and protocol),
+        each group under its own library build: where one of the build's measured regimes
+        applies, the build runs the regime's protocol and pays its stall."""
         out = np.empty(len(self.samples))
         effic = {k.value: eff.get(k.value, self.prior.efficiency_of(k.value)) for k in LINK_KINDS}
         for g in self.groups:
+            regimes = model.with_library(g.build).active_regimes if g.build else ()
             best = np.full(g.nbytes.shape, np.inf)
             for t in g.terms:
+                window, forced, stall = self._regime(regimes, t, g.nbytes)
                 for proto in model.protocols(t.inter):
                     pt = model.term(proto)
                     lat = model.launch_overhead_s + pt.base_latency_s
@@ -268,12 +351,35 @@ class NetworkFit:
                     per_byte = 0.0
                     for ph in t.phases:
                         lat += ph.crossing * (ph.far_s + pt.inter_step_s)
-                        lat += (ph.steps - ph.crossing) * (ph.near_s + pt.intra_step_s)
+                        lat += (ph.steps - ph.crossing) * (ph.near_s + pt.local_step_s(ph.inter))
                         rate = min(r * effic[k] for k, r in ph.rate_by_kind.items())
                         per_byte += ph.bytes_factor / (rate * pt.bandwidth_factor)
-                    best = np.minimum(best, lat + per_byte * g.nbytes)
+                    t_p = lat + per_byte * g.nbytes
+                    if forced is not None:  # the build runs the regime's protocol there
+                        t_p = np.where(window, t_p + stall if proto == forced else np.inf, t_p)
+                    best = np.minimum(best, t_p)
             out[g.index] = best
         return out
+
+    @staticmethod
+    def _regime(
+        regimes: Sequence[Regime], t: LayoutTerms, nbytes: np.ndarray
+    ) -> tuple[np.ndarray, str | None, np.ndarray]:
+        """(per size: in the first applying regime's window, its protocol or None, its
+        stall) for one algorithm of a layout."""
+        window = np.zeros(nbytes.shape, dtype=bool)
+        stall = np.zeros(nbytes.shape)
+        for r in regimes:
+            for ph in t.phases:
+                if ph.chunk_factor <= 0:
+                    continue
+                step = ph.chunk_factor * nbytes
+                hit = (step >= r.from_step_bytes) & (step < r.below_step_bytes) & ph.inter
+                window |= hit
+                stall += np.where(hit, ph.steps * r.per_step_s, 0.0)
+            if window.any():
+                return window, r.protocol, stall
+        return window, None, stall
 
     def residuals(self, x: np.ndarray) -> np.ndarray:
         model, eff = self.model(self.params.values(x))
@@ -373,12 +479,23 @@ def levenberg_marquardt(
 
 
 def fit_machine(
-    machine: str, samples: Sequence[CollectiveSample], source: str, notes: dict[str, Any]
+    machine: str,
+    samples: Sequence[CollectiveSample],
+    source: str,
+    notes: dict[str, Any],
+    regimes: Sequence[Regime] = (),
 ) -> tuple[str, CollectiveModelSpec]:
-    """(GPU type, fitted block) of one machine's samples."""
-    result = NetworkFit(machine, samples).fit()
+    """(GPU type, fitted block) of one machine's samples (and its regimes' stalls)."""
+    result = NetworkFit(machine, samples, regimes).fit()
     gpu = machine_preset(machine).gpu
     return gpu, result.spec(source, notes)
 
 
-__all__ = ["FitResult", "NetworkFit", "fit_machine", "layout_terms", "levenberg_marquardt"]
+__all__ = [
+    "FitResult",
+    "NetworkFit",
+    "fit_machine",
+    "layout_terms",
+    "levenberg_marquardt",
+    "regime_templates",
+]

@@ -20,10 +20,18 @@ buffer, i.e. the all-gather output and the reduce-scatter input) over `ranks` GP
 
 `drop_unhealthy` removes points a healthy library cannot produce: a collective more than
 twice as slow as a *larger* message of the same job (PCCL: the same log file; a
-nccl-tests file is one job). On Frontier these are RCCL/libfabric stalls at per-rank
-chunks of 64-256 KiB (up to 100x, in the runs before the authors' environment fix) and
-the first collective of a job at >= 128 GCDs (connection setup); the PCCL README calls
-them pathological outliers.
+nccl-tests file is one job). It is what nccl-tests tables are cleaned with; the network
+fit and `axsim validate` keep more: `exclusions` applies only documented rules, each
+counted, and keeps RCCL's small-step stalls on Frontier (per-rank chunks of 64-256 KiB,
+up to 100x slower), which the network model prices as the measured regime of that
+library build (simulator/network/regimes.py). Its one rule, CONNECTION_SETUP: the
+smallest size of a job's sweep at >= 128 ranks when it is more than twice as slow as a
+larger message of the same job. In the PCCL logs that is the first collective every
+job times (1 MiB): at 128-1,024 GCDs RCCL takes ~70-160 us per ring step there and
+~4-35 us at the next size with the same per-rank chunk (2 KiB at 512 and 1,024 GCDs),
+at every rank count from 128 on and in every run, so it is the job's first use of the
+communicator's connections, not a property of the size; steady-state training never
+pays it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from validation.calibrate_comm import CalibrationError
@@ -69,6 +78,7 @@ class CollectiveSample:
     time_s: float
     job: str  # the run it came from (file, or file:line for a log with several tests)
     library: str = "nccl"
+    build: str = ""  # the library build / environment it was measured with ("": unknown)
 
     @property
     def per_node(self) -> int:
@@ -115,18 +125,39 @@ def read_pccl_csv(path: Path, libraries: Sequence[str] = ("nccl",)) -> list[Coll
             raise CalibrationError(f"{path}: line {i}: gpus {ranks} and nodes {nodes} disagree")
         if not (out_bytes > 0 and ms > 0 and math.isfinite(ms)):
             raise CalibrationError(f"{path}: line {i}: output_bytes and time_ms must be positive")
+        source_file = row.get("source_file", "") or ""
         total = out_bytes * (ranks if kind is CollectiveKind.REDUCE_SCATTER else 1)
         nbytes = float(2 ** round(math.log2(total / 1.048576e6)) * MiB)  # MB of 1e6 -> 2^k MiB
         out.append(
             CollectiveSample(
                 machine=row["machine"], kind=kind, ranks=ranks, nodes=nodes, nbytes=nbytes,
-                time_s=ms * 1e-3, job=f"{path.name}:{row.get('source_file', '')}",
-                library=row["library"],
+                time_s=ms * 1e-3, job=f"{path.name}:{source_file}",
+                library=row["library"], build=pccl_build(row["machine"], source_file),
             )
         )  # fmt: skip
     if not out:
         raise CalibrationError(f"{path}: no rows of library {', '.join(libraries)}")
     return out
+
+
+@cache
+def _pccl_builds() -> dict[str, dict[str, str]]:
+    """machine -> log folder (or file) -> build, from validation/published/data/pccl_builds.yaml."""
+    from validation.published import load_yaml
+
+    raw = load_yaml("pccl_builds")
+    return {m: {k: str(v["build"]) for k, v in d.items()} for m, d in raw.items()}
+
+
+def pccl_build(machine: str, source_file: str) -> str:
+    """The library build a PCCL row was measured with, by the log folder it came from
+    (validation/published/data/pccl_builds.yaml: read off the logs); "" where unknown."""
+    builds = _pccl_builds().get(machine, {})
+    parts = source_file.split("/")
+    for key in (parts[-2] if len(parts) >= 2 else "", parts[-1]):
+        if key in builds:
+            return builds[key]
+    return ""
 
 
 def read_vidur_samples(path: Path, machine: str) -> list[CollectiveSample]:
@@ -248,6 +279,39 @@ def _gpus_per_node(machine: str) -> int:
     from topologies.catalogue import machine_preset
 
     return machine_preset(machine).gpus_per_node
+
+
+CONNECTION_SETUP = "connection-setup"
+CONNECTION_SETUP_RANKS = 128
+EXCLUSION_RULES = {
+    CONNECTION_SETUP: (
+        "the smallest size of a job's sweep at >= 128 ranks, more than 2x slower than a "
+        "larger message of the same job (the job's first collective: connection setup)"
+    ),
+}
+
+
+def exclusions(
+    samples: Sequence[CollectiveSample], factor: float = UNHEALTHY_FACTOR
+) -> tuple[list[CollectiveSample], dict[str, list[CollectiveSample]]]:
+    """(kept, excluded by rule name): the documented rules of EXCLUSION_RULES, nothing
+    else (see the module doc). Order is kept."""
+    jobs: dict[tuple[str, CollectiveKind, int, str], list[CollectiveSample]] = defaultdict(list)
+    for s in samples:
+        jobs[(s.job, s.kind, s.ranks, s.machine)].append(s)
+    out: dict[str, list[CollectiveSample]] = {CONNECTION_SETUP: []}
+    flagged: set[int] = set()
+    for group in jobs.values():
+        if group[0].ranks < CONNECTION_SETUP_RANKS or len(group) < 2:
+            continue
+        first = min(group, key=lambda s: s.nbytes)
+        larger = min(s.time_s for s in group if s.nbytes > first.nbytes)
+        if first.time_s > factor * larger:
+            flagged.add(id(first))
+    kept: list[CollectiveSample] = []
+    for s in samples:
+        (out[CONNECTION_SETUP] if id(s) in flagged else kept).append(s)
+    return kept, out
 
 
 def drop_unhealthy(

@@ -141,11 +141,13 @@ def collective_sweep(
     per_node: int | None = None,
     protocol: str = "auto",
     pricer: CollectivePricer | None = None,
+    library: str | None = None,
 ) -> list[CollectiveResult]:
     """Time one collective per size; one engine run per size, pricing caches shared.
 
     `per_node` (instead of the stride) places each group as that many GPUs per node;
-    `protocol` forces NCCL's protocol (LL, LL128, Simple) instead of the tuner's choice.
+    `protocol` forces NCCL's protocol (LL, LL128, Simple) instead of the tuner's choice;
+    `library` names the collective library build (its algorithms and measured regimes).
     A given `pricer` (of this topology) is used instead of a new one, so sweeps of several
     algorithms share its bindings; `algorithm` then goes on each collective op."""
     try:
@@ -163,6 +165,7 @@ def collective_sweep(
             algorithm,
             calibration=calibration,
             protocol=protocol,
+            library=library,
         )
     elif algorithm != "auto":
         op_algorithm = algorithm

@@ -119,6 +119,13 @@ def register(app: click.Group) -> None:
         "--calibration", type=click.Path(), default=None, help="Calibration file (network tables)."
     )
     @click.option(
+        "--library",
+        default=None,
+        help="The collective library build (default: the preset's, e.g. 'RCCL 2.18.6'); "
+        "decides the algorithms it enables and the measured regimes it shows "
+        "(machines.yaml collectives.regimes).",
+    )
+    @click.option(
         "--format",
         "fmt",
         type=click.Choice(("table", "json", "nccl-tests")),
@@ -145,6 +152,7 @@ def register(app: click.Group) -> None:
         nics_per_node: int | None,
         nic_bandwidth: float | None,
         calibration: str | None,
+        library: str | None,
         fmt: str,
         as_json: bool,
     ) -> None:
@@ -172,6 +180,8 @@ def register(app: click.Group) -> None:
         )
         sizes = parse_size_sweep(size, factor)
         params = network_params_for(topo)
+        if library is not None and not library.strip():
+            raise ConfigError("--library: give a library build, e.g. 'RCCL 2.18.6'")
         cal = None
         if calibration:
             from simulator.cost.calibration import load_calibration
@@ -179,7 +189,7 @@ def register(app: click.Group) -> None:
             cal = load_calibration(calibration)
         rows = collective_sweep(
             topo, op, group, placement, sizes, algorithm, network, params, instances, cal,
-            per_node, protocol,
+            per_node, protocol, library=library,
         )  # fmt: skip
         if as_json or fmt == "json":
             click.echo(json.dumps([stamp(r.as_dict()) for r in rows], indent=2))

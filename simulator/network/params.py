@@ -61,6 +61,11 @@ class NetworkParams:
         eff.update(by_kind)
         return replace(self, link_efficiency=eff)
 
+    def with_library(self, library: str) -> NetworkParams:
+        """These parameters for another build of the collective library (the algorithms
+        it enables and the measured regimes it shows follow the name)."""
+        return replace(self, collectives=self.collectives.with_library(library))
+
     def with_spec(self, spec: CollectiveModelSpec) -> NetworkParams:
         """These parameters with a measured `collectives:` / `network:` block applied."""
         out = replace(self, collectives=self.collectives.with_spec(spec))
@@ -95,7 +100,8 @@ def network_params_for(topology: Topology) -> NetworkParams:
     per-kind efficiencies and collective terms applied (machines.yaml, carried in the
     topology's metadata)."""
     vendor = _vendor(topology.gpu_type)
-    base = default_network_params(vendor, intra_row=intra_row_of(topology))
+    node = str(topology.metadata.get("node_type") or "")
+    base = default_network_params(vendor, intra_row=intra_row_of(topology), node=node)
     measured = cast("dict[str, float]", topology.metadata.get("link_efficiency") or {})
     if measured:
         base = base.with_efficiency(**measured)
@@ -129,16 +135,24 @@ def _defaults_raw() -> dict[str, Any]:
 
 
 @cache
-def default_network_params(vendor: str = "nvidia", intra_row: str = "nvlink") -> NetworkParams:
-    """The documented defaults (data/network_defaults.yaml) for a GPU vendor's library."""
+def default_network_params(
+    vendor: str = "nvidia", intra_row: str = "nvlink", node: str = ""
+) -> NetworkParams:
+    """The documented defaults (data/network_defaults.yaml) for a GPU vendor's library,
+    with the library's own platform model for the node type where it has one (RCCL's
+    rome_models.cc: Frontier's node takes tuning model 3)."""
     raw = _defaults_raw()
-    lib = raw["libraries"][vendor]
+    lib = dict(raw["libraries"][vendor])
+    platform = (lib.get("platform_models") or {}).get(node)
+    if platform is not None:
+        lib = {**lib, **platform}
     terms = {
         name: ProtocolTerms(
             float(p["base_latency_us"]) * US,
             float(p[f"{intra_row}_step_us"]) * US,
             float(p["net_step_us"]) * US,
             float(p["bandwidth_factor"]),
+            float(p.get("proxy_step_us", 0.0)) * US,
         )
         for name, p in lib["protocols"].items()
     }
@@ -148,6 +162,7 @@ def default_network_params(vendor: str = "nvidia", intra_row: str = "nvlink") ->
         enabled_intra=tuple(lib["enabled"]["intra_node"]),
         enabled_inter=tuple(lib["enabled"]["inter_node"]),
         source=f"{lib['library']} tuning table (simulator/network/data/network_defaults.yaml)",
+        library=str(lib["library"]),
     )
     return NetworkParams(
         link_efficiency={str(k): float(v) for k, v in raw["link_efficiency_by_kind"].items()},

@@ -22,9 +22,11 @@ import numpy as np
 
 from simulator.errors import CostModelError
 from simulator.network.adaptive import SolveMemo, SplitUsage, best_split
+from simulator.network.library import Library
 from simulator.network.params import NetworkParams
 from simulator.network.schedules import (
     ALGORITHMS,
+    CHAIN_CHUNK_BYTES,
     Layout,
     OrderFn,
     Phase,
@@ -101,6 +103,11 @@ class BoundPhase:
     # however instances are bundled: adaptive routing decides per family and a family
     # advances at one rate, as the symmetric mode's lockstep instances do
     family: Hashable = None
+    # per-member step message / S (a ring's S/p), for the library's measured regimes; 0:
+    # none applies
+    chunk_factor: float = 0.0
+    # a pipelined chain's hops (broadcast / reduce): its flows carry L - 1 chunks of fill
+    chain_hops: int = 0
     # creation order: the runtime orders a component's coflows by it, so float sums over
     # them (link loads, per-link bytes) do not depend on where objects sit in memory
     serial: int = field(default_factory=lambda: next(_PHASE_SERIAL))
@@ -115,6 +122,7 @@ class Bundle:
     phases: tuple[BoundPhase, ...]
     group_size: int = 1
     tier: str = "intra_node"  # "inter_node" if any flow leaves its node
+    separate_calls: bool = False  # each phase a library call of its own (hierarchical)
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,7 @@ class CollectivePricer:
         calibration: Calibration | None = None,
         gpu: str | None = None,
         protocol: str = "auto",
+        library: str | None = None,
     ):
         if algorithm != "auto" and algorithm not in ALGORITHMS:
             raise CostModelError(
@@ -149,11 +158,14 @@ class CollectivePricer:
         measured = calibration.network_spec(self.gpu) if calibration is not None else None
         if measured is not None:  # a calibration's fitted protocol terms and efficiencies
             params = params.with_spec(measured)
+        if library is not None:  # the build asked for, over the preset's and calibration's
+            params = params.with_library(library)
         if protocol != "auto" and protocol not in params.collectives.terms:
             known = ", ".join(params.collectives.terms)
             raise CostModelError(f"unknown protocol '{protocol}' (use auto or one of {known})")
         self.topology = topology
         self.params = params
+        self.library = Library.parse(params.collectives.library)
         self.calibration = calibration
         self.algorithm = algorithm
         self.protocol = protocol
@@ -690,6 +702,8 @@ class CollectivePricer:
                     split_x=split_x,
                     instance_rate_Bps=alone,
                     family=(family, i),
+                    chunk_factor=ph.chunk_factor,
+                    chain_hops=ph.chain_hops,
                 )
             )
         tier = "inter_node" if any(ph.steps and ph.inter for ph in phases) else "intra_node"
@@ -699,6 +713,7 @@ class CollectivePricer:
             phases=tuple(phases),
             group_size=int(instances.shape[1]),
             tier=tier,
+            separate_calls=schedule.separate_calls,
         )
 
     def bind(
@@ -782,7 +797,7 @@ class CollectivePricer:
             probe = inst[[int(rows[0]) for rows in classes.values()]]
             pkey = None if key is None else (key, "probe")
         terms: dict[str, tuple[float, float]] = {}
-        for cand in candidate_algorithms(kind, next(iter(classes))):
+        for cand in candidate_algorithms(kind, next(iter(classes)), self.library):
             try:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
@@ -849,12 +864,41 @@ class CollectivePricer:
 
     def phase_latency(self, phase: BoundPhase, protocol: str) -> float:
         """A phase's latency under `protocol`: node-crossing steps pay the worst route
-        latency plus the protocol's network step latency, the others the node-local ones."""
+        latency plus the protocol's per-hop network latency, the others the node-local
+        route latency plus the node-local step latency, which in a phase that crosses
+        nodes is at least the proxy's per-step floor (NCCL's max(intraLat, netOverhead))."""
         t = self.params.collectives.term(protocol)
         k = phase.inter_steps
         return k * (phase.far_s + t.inter_step_s) + (phase.steps - k) * (
-            phase.near_s + t.intra_step_s
+            phase.near_s + t.local_step_s(phase.inter)
         )
+
+    def _regime_protocols(
+        self, phases: tuple[BoundPhase, ...], inter: bool, nbytes: float
+    ) -> tuple[str, ...]:
+        """The protocol a measured regime of the library build runs a call on (its
+        tuner's choice in the regime's window, e.g. RCCL's Simple), if any applies and
+        no protocol is forced; () otherwise."""
+        regimes = self.params.collectives.active_regimes
+        if not regimes or self.protocol != "auto":
+            return ()
+        enabled = self.params.collectives.protocols(inter)
+        for r in regimes:
+            if r.protocol in enabled and any(
+                ph.chunk_factor > 0 and r.in_window(ph.inter, ph.chunk_factor * nbytes)
+                for ph in phases
+            ):
+                return (r.protocol,)
+        return ()
+
+    def stall_latency(self, phase: BoundPhase, protocol: str, nbytes: float) -> float:
+        """The stall of the library build's measured regimes (simulator/network/regimes.py)
+        on a phase under `protocol` for a collective of `nbytes`; 0 where none applies."""
+        regimes = self.params.collectives.active_regimes
+        if not regimes or phase.chunk_factor <= 0:
+            return 0.0
+        step = phase.chunk_factor * nbytes
+        return sum(r.stall_s(protocol, phase.inter, step, phase.steps) for r in regimes)
 
     def protocols_for(self, bundle: Bundle) -> tuple[str, ...]:
         """The protocols the tuner weighs for a bundle (a forced one alone)."""
@@ -930,15 +974,40 @@ class CollectivePricer:
         launch = self.params.collectives.launch_overhead_s
         if not phases:
             return PhasePlan(launch, (), ())
-        if bundle.tier == "inter_node":
-            launch += self.params.collectives.inter_node_base_s
-        best: PhasePlan | None = None
+        if bundle.separate_calls:  # each phase a call of its own (hierarchical levels)
+            calls = [self._call_plan((ph,), ph.inter, nbytes, shared) for ph in phases]
+            protos = tuple(dict.fromkeys(c[0] for c in calls))
+            return PhasePlan(
+                0.0,
+                tuple(fixed + lat[0] for _, fixed, lat, _ in calls),
+                tuple(wire[0] for _, _, _, wire in calls),
+                "+".join(protos),
+            )
+        proto, fixed, lat, wire = self._call_plan(
+            phases, bundle.tier == "inter_node", nbytes, shared
+        )
+        return PhasePlan(fixed, lat, wire, proto)
+
+    def _call_plan(
+        self, phases: tuple[BoundPhase, ...], inter: bool, nbytes: float, shared: bool
+    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
+        """(protocol, fixed overhead, per-phase latencies, per-phase wire bytes per flow)
+        of one library call running `phases`: the protocol its tuner picks (the smallest
+        launch (+ the network's base for a call crossing nodes) + base latency + step
+        latencies + bytes / (rate x bandwidth factor) among those enabled on its tier, or
+        the one a measured regime of the build runs it on), then the regime's stalls."""
+        model = self.params.collectives
+        fixed_launch = model.launch_overhead_s + (model.inter_node_base_s if inter else 0.0)
+        best: tuple[str, float, tuple[float, ...], tuple[float, ...]] | None = None
         best_t = np.inf
-        for proto in self.protocols_for(bundle):
-            term = self.params.collectives.term(proto)
+        forced = self._regime_protocols(phases, inter, nbytes)
+        enabled = (self.protocol,) if self.protocol != "auto" else model.protocols(inter)
+        for proto in forced or enabled:
+            term = model.term(proto)
             lat = tuple(self.phase_latency(ph, proto) for ph in phases)
-            wire = tuple(ph.bytes_factor * nbytes / term.bandwidth_factor for ph in phases)
-            total = launch + term.base_latency_s + sum(lat)
+            wire = tuple(self._wire_bytes(ph, nbytes, proto) for ph in phases)
+            fixed = fixed_launch + term.base_latency_s
+            total = fixed + sum(lat)
             total += sum(
                 b / self._tuner_rate(ph, shared)
                 for b, ph in zip(wire, phases, strict=True)
@@ -946,9 +1015,25 @@ class CollectivePricer:
             )
             if total < best_t:
                 best_t = total
-                best = PhasePlan(launch + term.base_latency_s, lat, wire, proto)
-        assert best is not None  # protocols_for never returns an empty tuple
+                best = (proto, fixed, lat, wire)
+        assert best is not None  # a tier always enables a protocol
+        if model.active_regimes:
+            # the library's tuner chose without its build's measured stalls; they are paid
+            stalls = [self.stall_latency(ph, best[0], nbytes) for ph in phases]
+            if any(stalls):
+                lat = tuple(a + b for a, b in zip(best[2], stalls, strict=True))
+                best = (best[0], best[1], lat, best[3])
         return best
+
+    def _wire_bytes(self, phase: BoundPhase, nbytes: float, protocol: str) -> float:
+        """Bytes each flow of a phase puts on the wire under `protocol`: its share,
+        inflated by the protocol's bandwidth factor, and for a pipelined chain the
+        L - 1 chunks of its fill (schedules.CHAIN_CHUNK_BYTES)."""
+        share = phase.bytes_factor * nbytes
+        if phase.chain_hops > 1:
+            chunk = CHAIN_CHUNK_BYTES.get(protocol, CHAIN_CHUNK_BYTES["Simple"])
+            share += (phase.chain_hops - 1) * min(share, chunk)
+        return share / self.params.collectives.term(protocol).bandwidth_factor
 
     def _plan(
         self, bundle: Bundle, kind: CollectiveKind | None, nbytes: float, shared: bool

@@ -14,12 +14,20 @@ and runs the cheapest. `CollectiveModel` holds exactly those terms for one machi
   the framework's enqueue); `inter_node_base_s` once more per collective that crosses
   nodes (the network proxy's per-operation work: posting, connection progress), which
   measurements of multi-node collectives alone cannot tell from the launch;
-- per protocol: `base_latency_s` (NCCL's baseLat), the latency of one algorithm step that
-  stays inside a node and of one that crosses nodes (NCCL's hwLat rows; only a ring's
-  node-crossing steps pay the network's, see schedules.Phase.inter_steps), and
+- per protocol: `base_latency_s` (NCCL's baseLat); the latency of one algorithm step that
+  stays inside a node (`intra_step_s`, hwLat[NVLINK or PCI]) and of one that crosses
+  nodes (`inter_step_s`, the per-hop network term: hwLat[NET] plus the transport's
+  latency); `proxy_step_s`, the floor of a node-local step of a phase that crosses nodes
+  (the network proxy posts and polls every step of a multi-node ring: NCCL's
+  `intraLat = max(intraLat, netOverhead)`, netOverhead 1 us on Intel and 2 us on AMD
+  hosts, x3 for Simple); so a ring is priced by how many of its steps cross nodes and
+  how many members each node holds (see schedules.Phase.inter_steps); and
   `bandwidth_factor`, the fraction of the links' achievable rate the protocol reaches
   (applied by inflating the bytes on the wire: LL's flags travel with the data);
-- which protocols the library enables inside a node and across nodes.
+- which protocols the library enables inside a node and across nodes, and which library
+  build it is (`library`: the algorithms a version enables, simulator/network/library.py);
+- measured regimes a library build shows (simulator/network/regimes.py), on only for
+  the builds listed with them.
 
 The defaults per GPU vendor are the libraries' own tables (network_defaults.yaml, with
 their source lines); a machine preset replaces them with the values `axsim calibrate`
@@ -35,6 +43,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from simulator.network.regimes import Regime, RegimeSpec
 from topologies.user_model import UserModel
 
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
@@ -52,6 +61,12 @@ class ProtocolTerms:
     intra_step_s: float
     inter_step_s: float
     bandwidth_factor: float = 1.0
+    proxy_step_s: float = 0.0
+
+    def local_step_s(self, crosses_nodes: bool) -> float:
+        """A node-local step's latency: in a phase that crosses nodes every step still
+        goes through the network proxy, so it costs at least `proxy_step_s`."""
+        return max(self.intra_step_s, self.proxy_step_s) if crosses_nodes else self.intra_step_s
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,17 @@ class CollectiveModel:
     enabled_intra: tuple[str, ...] = ("Simple",)
     enabled_inter: tuple[str, ...] = ("Simple",)
     source: str = ""
+    library: str = ""
+    regimes: tuple[Regime, ...] = ()
+
+    @property
+    def active_regimes(self) -> tuple[Regime, ...]:
+        """The regimes this library build shows (listed with its name)."""
+        return tuple(r for r in self.regimes if r.applies_to(self.library))
+
+    def with_library(self, library: str) -> CollectiveModel:
+        """The same terms for another build of the library (its regimes follow it)."""
+        return replace(self, library=library)
 
     @classmethod
     def ideal(cls) -> CollectiveModel:
@@ -82,14 +108,30 @@ class CollectiveModel:
     def with_spec(self, spec: CollectiveModelSpec) -> CollectiveModel:
         """These terms with a preset's or calibration's measured values applied on top."""
         terms = dict(self.terms)
+        if spec.host_net_overhead_us is not None:  # the library table's proxy floor
+            terms = {
+                name: replace(t, proxy_step_s=host_proxy_step_s(name, spec.host_net_overhead_us))
+                for name, t in terms.items()
+            }
         for name, p in spec.protocols.items():
+            prior = terms.get(name)
+            proxy = (
+                p.proxy_step_us * US
+                if p.proxy_step_us is not None
+                else (prior.proxy_step_s if prior is not None else 0.0)
+            )
             terms[name] = ProtocolTerms(
                 p.base_latency_us * US,
                 p.intra_node_step_us * US,
                 p.inter_node_step_us * US,
                 p.bandwidth_factor,
+                proxy,
             )
         out = replace(self, terms=terms)
+        if spec.library is not None:
+            out = replace(out, library=spec.library)
+        if spec.regimes:
+            out = replace(out, regimes=tuple(Regime.from_spec(r) for r in spec.regimes))
         if spec.launch_overhead_us is not None:
             out = replace(out, launch_overhead_s=spec.launch_overhead_us * US)
         if spec.inter_node_base_us is not None:
@@ -112,6 +154,12 @@ class CollectiveModel:
                 raise ValueError(f"enabled.{tier}: no terms for protocol {', '.join(missing)}")
 
 
+def host_proxy_step_s(protocol: str, net_overhead_us: float) -> float:
+    """The library table's proxy floor for a host whose network post costs
+    `net_overhead_us`: NCCL/RCCL tuning.cc multiply it by 3 for Simple."""
+    return net_overhead_us * (3 if protocol == "Simple" else 1) * US
+
+
 class ProtocolSpec(UserModel):
     """One protocol's measured or documented terms (YAML units: microseconds)."""
 
@@ -119,6 +167,13 @@ class ProtocolSpec(UserModel):
     intra_node_step_us: float = Field(ge=0, le=1e6)
     inter_node_step_us: float = Field(ge=0, le=1e6)
     bandwidth_factor: float = Field(gt=0, le=1)
+    proxy_step_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="Floor of a node-local step of a phase that crosses nodes (the network "
+        "proxy's per-step work); omitted: the library table's (NCCL netOverhead).",
+    )
 
 
 class CollectiveModelSpec(UserModel):
@@ -127,11 +182,24 @@ class CollectiveModelSpec(UserModel):
     tier, the launch overhead, measured link efficiencies, and where they come from."""
 
     source: str = ""
+    library: str | None = Field(
+        default=None,
+        description="The library build these terms describe, e.g. 'RCCL 2.18.6' (decides the "
+        "algorithms it enables and the regimes it shows).",
+    )
     launch_overhead_us: float | None = Field(default=None, ge=0, le=1e6)
     inter_node_base_us: float | None = Field(default=None, ge=0, le=1e6)
+    host_net_overhead_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e3,
+        description="The host CPU's network post overhead in the library's table (NCCL "
+        "getNetOverhead: 1 us Intel, 2 us AMD); the proxy floor's prior, x3 for Simple.",
+    )
     protocols: dict[Protocol, ProtocolSpec] = Field(default_factory=dict)
     enabled: dict[Tier, tuple[Protocol, ...]] = Field(default_factory=dict)
     link_efficiency: dict[str, float] = Field(default_factory=dict)
+    regimes: tuple[RegimeSpec, ...] = ()
     fit: dict[str, object] = Field(
         default_factory=dict,
         description="Free-form provenance of a fit (rows used, residuals); not read.",
@@ -145,6 +213,7 @@ def spec_from_model(
     return CollectiveModelSpec.model_validate(
         dict(
             source=model.source,
+            library=model.library or None,
             launch_overhead_us=round(model.launch_overhead_s / US, 4),
             inter_node_base_us=round(model.inter_node_base_s / US, 4),
             protocols={
@@ -153,10 +222,12 @@ def spec_from_model(
                     intra_node_step_us=round(t.intra_step_s / US, 4),
                     inter_node_step_us=round(t.inter_step_s / US, 4),
                     bandwidth_factor=round(t.bandwidth_factor, 6),
+                    proxy_step_us=round(t.proxy_step_s / US, 4),
                 )
                 for name, t in model.terms.items()
             },
             enabled={"intra_node": model.enabled_intra, "inter_node": model.enabled_inter},
             link_efficiency=dict(link_efficiency or {}),
+            regimes=tuple(r.spec() for r in model.regimes),
         )
     )

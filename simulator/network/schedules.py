@@ -26,8 +26,21 @@ Algorithms (S = full buffer, p = group size, as nccl-tests counts them):
   the ring's p-1 latency steps since a GPU still serialises its p-1 sends).
 - ring exchange (context parallelism's KV ring): every member sends S to the next, one
   step, whatever algorithm is asked for.
-- hierarchical: reduce-scatter inside each node (or package, then node), the inter-node
-  collective among same-local-index GPUs on S/k, then the mirror all-gather.
+- hierarchical: reduce-scatter inside each package (Frontier's GCD pairs), then inside
+  each node, the inter-node collective among same-local-index GPUs on S/k, then the mirror
+  all-gathers (an all-gather runs only the gathers: the inter-node one first, as PCCL and
+  ZeRO++'s hierarchical partitions do). Each level is a collective of its own on a
+  sub-communicator (frameworks and PCCL build it from library calls), so each pays a
+  launch and picks its protocol (`Schedule.separate_calls`).
+- pat: NCCL's PAT all-gather / reduce-scatter (NCCL >= 2.23, one GPU per node;
+  simulator/network/library.py): log2(p) exchanges at distances p/2, p/4, ... (the data
+  each member moves is the ring's), at 0.85 of the ring's bus bandwidth.
+
+Broadcast and reduce run as NCCL's pipelined chains: the buffer moves in chunks of the
+protocol's step (NCCL: one slot of the 4 MiB Simple buffer, 512 KiB, BROADCAST_CHUNKSTEPS
+1; LL 32 KiB of data per slot; LL128 576,000 B), so the last chunk leaves the root after
+S / c and reaches the chain's end L - 1 chunk times later: a phase's bytes per flow are
+S / c + (L - 1) x min(S / c, chunk) (`Phase.chain_hops`).
 """
 
 from __future__ import annotations
@@ -39,9 +52,16 @@ from itertools import pairwise
 import numpy as np
 
 from simulator.errors import CostModelError
+from simulator.network.library import PAT_BANDWIDTH, Library, pat_enabled
 from workloads.ops import CollectiveKind
 
-ALGORITHMS = ("ring", "tree", "recursive-halving-doubling", "direct", "hierarchical")
+ALGORITHMS = ("ring", "tree", "recursive-halving-doubling", "direct", "hierarchical", "pat")
+
+CHAIN_CHUNK_BYTES = {"Simple": 524288.0, "LL": 32768.0, "LL128": 576000.0}
+"""Bytes of data one pipelined-chain chunk carries per protocol (NCCL src/enqueue.cc
+computeColl: stepSize = buffSize / NCCL_STEPS, chunkSize = stepSize x BROADCAST_CHUNKSTEPS
+(1); buffers from src/init.cc: Simple 4 MiB, LL 8 lines x 512 threads x 8 steps x 16 B of
+which half is data, LL128 120 x 640 x 8 x 8 B of which 120/128 is data)."""
 
 K = CollectiveKind
 
@@ -61,6 +81,12 @@ class Phase:
     """Of `steps`, how many pay the network's latency when the phase crosses nodes (NCCL's
     tuning model: a ring all-reduce 2 x nodes, other rings nodes - 1, a tree 2 log2
     nodes); None: every step does."""
+    chunk_factor: float = 0.0
+    """The message one member forwards per step, as a fraction of S (a ring's S/p); 0
+    where the phase has no single step message (trees, chains, all-pairs)."""
+    chain_hops: int = 0
+    """A pipelined chain's hops L (broadcast / reduce): its flows carry L - 1 chunks more
+    than their share (the pipeline's fill); 0: not a chain."""
 
     @property
     def flow_volume(self) -> float:
@@ -74,6 +100,8 @@ class Schedule:
 
     algorithm: str
     phases: tuple[Phase, ...]
+    separate_calls: bool = False
+    """Each phase is a collective call of its own (a launch, a protocol choice)."""
 
     @property
     def steps(self) -> int:
@@ -187,7 +215,16 @@ def ring_schedule(
         crossings = 2 * layout.num_nodes if kind is K.ALL_REDUCE else layout.num_nodes - 1
         return Schedule(
             "ring",
-            (Phase(src, dst, mult * (p - 1) / p / c, mult * (p - 1), inter_steps=crossings),),
+            (
+                Phase(
+                    src,
+                    dst,
+                    mult * (p - 1) / p / c,
+                    mult * (p - 1),
+                    inter_steps=crossings,
+                    chunk_factor=1.0 / p,
+                ),
+            ),
         )
     if kind in (K.BROADCAST, K.REDUCE):
         chains = []
@@ -196,9 +233,8 @@ def ring_schedule(
             chain = ring[i:] + ring[:i]
             chains.append(chain if kind is K.BROADCAST else chain[::-1])
         src, dst = _chain_flows(chains)
-        return Schedule(
-            "ring", (Phase(src, dst, 1.0 / c, p - 1, inter_steps=layout.num_nodes - 1),)
-        )
+        phase = Phase(src, dst, 1.0 / c, p - 1, inter_steps=layout.num_nodes - 1, chain_hops=p - 1)
+        return Schedule("ring", (phase,))
     raise CostModelError(f"algorithm 'ring' does not support {kind.value}")
 
 
@@ -405,17 +441,33 @@ def hierarchical_schedule(
             continue
         src, dst = _ring_flows(rings)
         is_top = lvl == len(levels)
+        chunk = fraction / k  # each member's step message at this level
         if is_top and kind is K.ALL_REDUCE:
-            down.append(Phase(src, dst, 2 * (k - 1) / k * fraction, 2 * (k - 1)))
+            down.append(
+                Phase(src, dst, 2 * (k - 1) / k * fraction, 2 * (k - 1), chunk_factor=chunk)
+            )
         else:
             if kind in (K.ALL_REDUCE, K.REDUCE_SCATTER):
-                down.append(Phase(src, dst, (k - 1) / k * fraction, k - 1))
+                down.append(Phase(src, dst, (k - 1) / k * fraction, k - 1, chunk_factor=chunk))
             if kind in (K.ALL_REDUCE, K.ALL_GATHER):
-                up.append(Phase(src, dst, (k - 1) / k * fraction, k - 1))
+                up.append(Phase(src, dst, (k - 1) / k * fraction, k - 1, chunk_factor=chunk))
         fraction /= k
     if kind is K.ALL_GATHER:
-        return Schedule("hierarchical", tuple(reversed(up)))
-    return Schedule("hierarchical", tuple(down) + tuple(reversed(up)))
+        return Schedule("hierarchical", tuple(reversed(up)), separate_calls=True)
+    return Schedule("hierarchical", tuple(down) + tuple(reversed(up)), separate_calls=True)
+
+
+def pat_schedule(kind: CollectiveKind, p: int) -> Schedule:
+    """NCCL's PAT (one GPU per node): log2(p) exchanges (recursive doubling for an
+    all-gather, halving for a reduce-scatter) at 0.85 of the ring's bus bandwidth
+    (tuning.cc `busBw *= .85`), the bytes inflated accordingly."""
+    if kind not in (K.ALL_GATHER, K.REDUCE_SCATTER):
+        raise CostModelError(f"algorithm 'pat' does not support {kind.value}")
+    base = rhd_schedule(kind, p)
+    phases = tuple(
+        Phase(ph.src, ph.dst, ph.bytes_factor / PAT_BANDWIDTH, ph.steps) for ph in base.phases
+    )
+    return Schedule("pat", phases)
 
 
 def _split_by_index(
@@ -453,24 +505,34 @@ def build_schedule(
         return direct_schedule(kind, layout.size, root)
     if algorithm == "hierarchical":
         return hierarchical_schedule(kind, layout, order)
+    if algorithm == "pat":
+        return pat_schedule(kind, layout.size)
     raise CostModelError(
         f"unknown collective algorithm '{algorithm}' (use one of {', '.join(ALGORITHMS)})"
     )
 
 
-def candidate_algorithms(kind: CollectiveKind, layout: Layout) -> tuple[str, ...]:
-    """Algorithms an NCCL/RCCL-like library would consider (the tuner picks the fastest).
+def candidate_algorithms(
+    kind: CollectiveKind, layout: Layout, library: Library | None = None
+) -> tuple[str, ...]:
+    """Algorithms the library build would consider (the tuner picks the fastest),
+    following NCCL/RCCL's enable conditions (simulator/network/library.py).
 
-    Inside one node: ring and the all-pairs exchange; across nodes: ring, plus the double
-    binary tree for all-reduce; all-to-all is always direct; broadcast/reduce ring or tree.
+    Inside one node: ring and the all-pairs exchange (NVSwitch / fully connected nodes);
+    across nodes: ring, plus the double binary tree for all-reduce, plus PAT for
+    all-gather / reduce-scatter where the build has it and every member is on its own
+    node (power-of-two groups here); broadcast / reduce: the ring's pipelined chain only
+    (tuning.cc skips every other algorithm for them); all-to-all is always direct.
     """
     if kind in (K.ALL_TO_ALL, K.SEND_RECV, K.RING_EXCHANGE):
         return ("direct",)
-    single_node = layout.num_nodes == 1
     if kind in (K.BROADCAST, K.REDUCE):
-        return ("ring", "tree")
-    if single_node:
+        return ("ring",)
+    if layout.num_nodes == 1:
         return ("ring", "direct")
     if kind is K.ALL_REDUCE:
         return ("ring", "tree")
+    p = layout.size
+    if library is not None and pat_enabled(library, layout.num_nodes, p) and not p & (p - 1):
+        return ("ring", "pat")
     return ("ring",)
