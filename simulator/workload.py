@@ -16,6 +16,7 @@ from topologies.types import Topology
 from workloads.axonn.params import AxonnParallel
 from workloads.models import TransformerSpec, model_flops_per_iteration
 from workloads.run import TrainingSetup
+from workloads.strategies import check_model_support
 
 __all__ = ["PLAN_BUILDERS", "PlanBuilder", "WorkloadPlan", "build_plan"]
 
@@ -158,6 +159,7 @@ def build_plan(config: ExperimentConfig, topology: Topology, gpu: GpuSpec) -> Wo
     from workloads.builder import op_budget
 
     spec = config.model.spec()
+    check_model_support(spec, config.parallel.strategy)
     builder = PLAN_BUILDERS[config.parallel.strategy]
     with op_budget():
         return builder(config, spec, topology, gpu)

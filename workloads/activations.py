@@ -22,6 +22,10 @@ s x s scores. Tensor parallelism splits everything between the column- and the
 row-parallel linears (24 of the 34 and the scores); sequence parallelism splits the rest;
 selective recompute drops the scores and recomputes them in backward.
 
+A parallel block (GPT-J, GPT-NeoX, Falcon) feeds both branches from the block input:
+the MLP norm's input is the attention norm's (stored once), and with one shared norm the
+MLP-up input is the QKV input too.
+
 `block_activation_terms` keeps that accounting but reads the widths from the
 architecture, so the same terms give GQA (K and V at kv_dim), SwiGLU (the activation's
 input is 2 x ffn wide, the MLP-down input ffn), no dropout (no masks, no dropout
@@ -61,6 +65,8 @@ class ActivationShape:
     flash_attention: bool = True
     dropout: bool = True
     dtype_bytes: int = 2
+    parallel_block: bool = False  # both branches read the block input
+    shared_norm: bool = False  # ... through one norm
 
 
 def block_activation_terms(shape: ActivationShape, recompute: str) -> dict[str, float]:
@@ -84,6 +90,10 @@ def block_activation_terms(shape: ActivationShape, recompute: str) -> dict[str, 
         "activation_input": db * tok * a.mlp_up / t,
         "mlp_down_input": db * tok * a.ffn / t,
     }
+    if a.parallel_block:
+        del terms["norm2_input"]  # the block input, kept once as norm1_input
+        if a.shared_norm:
+            del terms["mlp_up_input"]  # the shared norm's output, kept as qkv_input
     if a.dropout:
         terms["attn_dropout_mask"] = MASK_BYTES * tok * a.hidden / rest
         terms["mlp_dropout_mask"] = MASK_BYTES * tok * a.hidden / rest

@@ -68,6 +68,8 @@ def activation_shape(spec: TransformerSpec, setup: HybridSetup) -> ActivationSha
         flash_attention=setup.flash_attention,
         dropout=spec.dropout,
         dtype_bytes=spec.dtype_bytes,
+        parallel_block=spec.parallel_block,
+        shared_norm=spec.shared_norm,
     )
 
 

@@ -94,6 +94,12 @@ class StageEmitter(BlockEmitter[TpLinear]):
             return None
         return self.b.collective(name, kind, "tp", nbytes, blocking=blocking)
 
+    def _deferred_reduction(self, lay: TpLinear) -> bool:
+        """A parallel block sums its two branches' partial outputs and reduces them once,
+        after MLP-down (GPT-NeoX's gpt_j_residual: reduce, or reduce-scatter with
+        sequence parallelism); backward, the one gathered gradient feeds both."""
+        return self.spec.parallel_block and lay.name == "attn_out"
+
     def _root_unit(self, chunk: Chunk) -> str:
         return "root" if self.tied_here else ("embed" if chunk.first else "head")
 
@@ -198,7 +204,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
         if lay.column and self.sp:
             self.tp_collective(f"{tag}.ag_tp.fwd", K.ALL_GATHER, M * lay.k * db)
         self.b.gemm(f"{tag}.fwd", M, lay.n_local, lay.k_local, db)
-        if not lay.column:
+        if not lay.column and not self._deferred_reduction(lay):
             kind = K.REDUCE_SCATTER if self.sp else K.ALL_REDUCE
             self.tp_collective(f"{tag}.{'rs' if self.sp else 'ar'}_tp.fwd", kind, M * lay.n * db)
 
@@ -206,7 +212,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
         M, db = self.M, self.db
         if self.linear_mode:
             self._linear_backward_gather(lay, tag)
-        if not lay.column and self.sp:
+        if not lay.column and self.sp and not self._deferred_reduction(lay):
             self.tp_collective(f"{tag}.ag_tp.bwd", K.ALL_GATHER, M * lay.n * db)
         h_in = None
         if lay.column and self.sp:
@@ -281,11 +287,15 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.tp_collective("embedding.rs_tp", K.REDUCE_SCATTER, M * h * db)
         else:
             self.tp_collective("embedding.ar_tp", K.ALL_REDUCE, M * h * db)
+        if self.spec.embedding_norm:  # BLOOM's word_embeddings_layernorm
+            self.layernorm_forward("embedding_ln.fwd")
         if self.linear_mode:
             self.prefetched.clear()
 
     def embedding_backward(self) -> None:
         M, h, db = self.M, self.spec.hidden, self.db
+        if self.spec.embedding_norm:
+            self.layernorm_backward("embedding_ln.bwd")
         if self.sp:
             self.tp_collective("embedding.ag_tp.bwd", K.ALL_GATHER, M * h * db)
         self.elementwise("embedding.bwd", M * h, 3)
@@ -308,11 +318,15 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self._params_needed("head")
         self.layernorm_forward("final_ln.fwd")
         self.linear_forward(self.lg, "logits", None)
+        if self.spec.output_bias:  # GPT-J's lm_head bias: read and write the logits
+            self.elementwise("logits.bias.fwd", M * self.lg.n_local, 2)
         self.elementwise("loss.fwd", M * self.lg.n_local, 3, 6)
         self.tp_collective("loss.ar_tp", K.ALL_REDUCE, 2 * M * 4)
 
     def head_backward(self) -> None:
         self.elementwise("loss.bwd", self.M * self.lg.n_local, 3, 4)
+        if self.spec.output_bias:  # its gradient: a sum over the tokens
+            self.elementwise("logits.bias.bwd", self.M * self.lg.n_local, 1)
         self.linear_backward(self.lg, "logits")
         self.layernorm_backward("final_ln.bwd")
         if self.sharder is not None and self.block_mode and not self.tied_here:

@@ -144,7 +144,7 @@ class TpLinear:
 def block_linears(spec: TransformerSpec, tp: int) -> tuple[TpLinear, ...]:
     """QKV and MLP-up column-parallel, attention-out and MLP-down row-parallel."""
     return tuple(
-        TpLinear(name, k, n, column=i % 2 == 0, tp=tp, bias=spec.bias)
+        TpLinear(name, k, n, column=i % 2 == 0, tp=tp, bias=spec.linear_has_bias(name))
         for i, (name, k, n) in enumerate(spec.linear_shapes())
     )
 
@@ -174,7 +174,8 @@ def block_params(spec: TransformerSpec, tp: int) -> int:
 
 def block_small_params(spec: TransformerSpec, tp: int) -> int:
     """Biases and norm parameters of one block per GPU."""
-    return sum(lay.bias_elems for lay in block_linears(spec, tp)) + 2 * spec.norm_params
+    biases = sum(lay.bias_elems for lay in block_linears(spec, tp))
+    return biases + spec.block_norms * spec.norm_params
 
 
 def block_shape(
@@ -237,20 +238,25 @@ def stage_chunks(spec: TransformerSpec, setup: HybridSetup, stage: int) -> tuple
 
 def stage_param_counts(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, int]:
     """Parameters per GPU on a pipeline rank: 'blocks', 'embedding' (word + learned
-    position), 'head' (final norm, plus the output weight when it is untied or not on the
-    embedding's stage) and 'small' (biases, norms, position embedding: what stays
-    replicated under per-linear ZeRO-3)."""
+    position + an embedding norm), 'head' (final norm, plus the output weight when it is
+    untied or not on the embedding's stage, and a vocabulary-parallel output bias) and
+    'small' (biases, norms, position embedding: what stays replicated under per-linear
+    ZeRO-3)."""
     t = setup.tp
     chunks = stage_chunks(spec, setup, stage)
     layers = sum(c.stop - c.start for c in chunks)
-    vocab_local = logits_linear(spec, t).weight_elems
+    lg = logits_linear(spec, t)
+    vocab_local = lg.weight_elems
     first = any(c.first for c in chunks)
     last = any(c.last for c in chunks)
-    embedding = vocab_local + spec.position_params if first else 0
+    emb_norm = spec.norm_params if spec.embedding_norm else 0
+    embedding = vocab_local + spec.position_params + emb_norm if first else 0
     own_output = last and (not first or not spec.tied_embeddings)
-    head = (spec.norm_params if last else 0) + (vocab_local if own_output else 0)
+    out_bias = lg.n_local if spec.output_bias else 0
+    head = (spec.norm_params + out_bias if last else 0) + (vocab_local if own_output else 0)
     small = layers * block_small_params(spec, t)
-    small += (spec.position_params if first else 0) + (spec.norm_params if last else 0)
+    small += spec.position_params + emb_norm if first else 0
+    small += spec.norm_params + out_bias if last else 0
     return {
         "blocks": layers * block_params(spec, t),
         "embedding": embedding,
