@@ -60,6 +60,24 @@ class ShardingSetup:
     qgz: bool = False
 
 
+TE_COMM_SMS = 16
+"""num_sm of Transformer Engine's userbuffers pipeline and bulk methods (module/base.py
+initialize_ub get_default_config: 16 unless the method is ring_exchange, whose copy-
+engine transfers take 1 and no margin)."""
+TE_PIPELINE_SPLITS = 4
+"""num_splits of TE's pipeline method (get_default_config: 4; ring_exchange: tp)."""
+
+
+@dataclass(frozen=True)
+class TpOverlapSetup:
+    """Userbuffers' settings for tensor-parallel overlap (workloads/hybrid/tp_overlap.py):
+    the SMs of the pipeline / bulk kernels (= their GEMMs' SM margin) and the pipeline's
+    chunks; TE's defaults unless configured."""
+
+    comm_sms: int = TE_COMM_SMS
+    pipeline_splits: int = TE_PIPELINE_SPLITS
+
+
 @dataclass(frozen=True)
 class HybridSetup:
     """Every choice the hybrid generator needs besides the model."""
@@ -88,6 +106,8 @@ class HybridSetup:
     flash_attention: bool = True
     compress_microbatches: bool = True
     gpus_per_node: int = 8
+    fp8: bool = False  # Transformer Engine FP8 linears (workloads/fp8.py): the amax group
+    tp_overlap: TpOverlapSetup | None = None  # userbuffers TP overlap (tp_overlap.py)
 
     @property
     def world(self) -> int:
