@@ -156,6 +156,12 @@ class ModelConfig(UserModel):
         "FP8 tensor cores: the block's linear GEMMs in FP8, everything else bf16 "
         "(hybrid strategies only)",
     )
+    fp8_recipe: Literal["delayed", "current"] | None = Field(
+        default=None,
+        description="with dtype fp8: Transformer Engine's DelayedScaling (amax histories "
+        "reduced once per pass; Megatron's default) or Float8CurrentScaling (each tensor's "
+        "amax taken right before its cast)",
+    )
     norm: Literal["layernorm", "rmsnorm"] | None = None
     position: Literal["learned", "rope", "alibi"] | None = None
     bias: bool | None = None

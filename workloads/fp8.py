@@ -32,11 +32,16 @@ dgrad needs W^T and wgrad X^T and dY^T in FP8; TE makes them with fused cast+tra
 - output gradients: a cast + transpose (+ bias gradient) kernel per linear; with sequence
   parallelism the row-parallel layers quantise their local rows, all-gather them in FP8
   and transpose the gathered tensor;
-- delayed scaling: every quantisation records its amax; at the end of each forward pass
-  (fp8_autocast exit) and of each backward pass (the first FP8 module's backward) TE
-  all-reduces (MAX, blocking) the pass's amaxes over Megatron's amax reduction group
-  (tensor x data x context parallel: every GPU of the pipeline stage) and one fused
-  kernel updates the amax histories and scales.
+- delayed scaling (`DelayedScaling`, Megatron's default recipe): every quantisation
+  records its amax; at the end of each forward pass (fp8_autocast exit) and of each
+  backward pass (the first FP8 module's backward) TE all-reduces (MAX, blocking) the
+  pass's amaxes over Megatron's amax reduction group (tensor x data x context parallel:
+  every GPU of the pipeline stage) and one fused kernel updates the histories and scales;
+- current scaling (`Float8CurrentScaling`, the recipe of NVIDIA's recent H100 benchmark
+  recipes, "fp8_cs"): every quantisation first scans its input for the amax (one more
+  bf16 read per element, the LayerNorm's output included: it is no longer quantised
+  inside the norm kernel), and the sequence-parallel column layers all-reduce that amax
+  over the tensor-parallel group before the cast (`amax_reduction_group`); no histories.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ class LinearPrecision:
         self.b = builder
         self.db = db
         self.on = spec.fp8
+        self.current = spec.fp8 and spec.fp8_recipe == "current"
         self.weights_cast: set[str] = set()  # linears (tags) whose FP8 weight is cached
 
     # -------------------------------------------------------------- GEMMs
@@ -113,19 +119,29 @@ class LinearPrecision:
 
     # ------------------------------------------------------ quantisation
     def _quantize(self, name: str, elems: float, per_elem: float) -> None:
-        flops = QUANTIZE_FLOPS * elems if per_elem > TRANSPOSE_BYTES else 0.0
+        """A quantisation kernel; current scaling first reads the input for its amax."""
+        casts = per_elem > TRANSPOSE_BYTES
+        if casts and self.current:
+            per_elem += 2  # the amax scan reads the bf16 input once more
+        flops = QUANTIZE_FLOPS * elems if casts else 0.0
         self.b.compute(name, C.QUANTIZE, flops, per_elem * elems, dtype_bytes=1)
 
     def forward_casts(self, lay_name: str, tag: str, input_elems: float, weight_elems: float,
-                      recompute: bool) -> None:  # fmt: skip
+                      recompute: bool, sp_group: str | None = None) -> None:  # fmt: skip
         """Before a forward GEMM: the weight's cast + transpose on the iteration's first
-        use, the input's cast + transpose unless the LayerNorm quantised it."""
+        use, the input's cast + transpose unless the LayerNorm quantised it (delayed
+        scaling; current scaling casts it after the norm, its amax all-reduced over
+        `sp_group` when sequence parallelism splits the rows)."""
         if not is_fp8_linear(self.spec, lay_name):
             return
         if not recompute and tag not in self.weights_cast:
             self._quantize(f"{tag}.fp8_weight_cast", weight_elems, CAST_TRANSPOSE_BYTES)
             self.weights_cast.add(tag)
         if lay_name not in NORM_FUSED_INPUTS:
+            self._quantize(f"{tag}.fp8_input_cast", input_elems, CAST_TRANSPOSE_BYTES)
+        elif self.current:
+            if sp_group is not None:
+                self.b.collective(f"{tag}.fp8_amax.ar", K.ALL_REDUCE, sp_group, AMAX_BYTES)
             self._quantize(f"{tag}.fp8_input_cast", input_elems, CAST_TRANSPOSE_BYTES)
 
     def grad_cast(self, lay_name: str, tag: str, elems: float, gathered: bool) -> None:
@@ -146,7 +162,7 @@ class LinearPrecision:
     def amax_reduction(self, direction: str, layers: int, group: str) -> None:
         """End of a pass's FP8 region: the blocking all-reduce (MAX) of its amaxes over
         the amax group, then the fused history-and-scale update."""
-        if not self.on or layers == 0:
+        if not self.on or self.current or layers == 0:
             return
         per_gemm = AMAX_TENSORS_FWD if direction == "fwd" else AMAX_TENSORS_BWD
         tensors = float(per_gemm * len(FP8_LINEARS) * layers)

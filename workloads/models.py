@@ -40,6 +40,7 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
 Transformer Engine's FP8 training: the block's linear GEMMs run in FP8 (workloads/fp8.py)
 while parameters, activations, gradients and communication stay bf16."""
 FP8_ELEMENT_BYTES = 1
+FP8_RECIPES = ("delayed", "current")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope", "alibi")
 
@@ -70,6 +71,7 @@ class TransformerSpec:
     norm_bias: bool = True  # LayerNorm's bias (MPT's LayerNorms have none)
     output_bias: bool = False  # a bias on the output layer (GPT-J's lm_head)
     embedding_norm: bool = False  # a LayerNorm on the word embedding (BLOOM)
+    fp8_recipe: str = "delayed"  # fp8: TE's DelayedScaling or Float8CurrentScaling ('current')
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len", "vocab"):
@@ -91,6 +93,10 @@ class TransformerSpec:
         if self.dtype not in DTYPE_BYTES:
             raise WorkloadError(
                 f"model.dtype '{self.dtype}' unknown (use one of {', '.join(DTYPE_BYTES)})"
+            )
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise WorkloadError(
+                f"model.fp8_recipe '{self.fp8_recipe}' unknown (use one of {', '.join(FP8_RECIPES)})"
             )
         if self.shared_norm and not self.parallel_block:
             raise WorkloadError(

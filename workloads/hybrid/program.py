@@ -217,7 +217,9 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self._linear_gather(lay, tag, next_layer)
         M, db = self.M, self.db
         recompute = self.b.phase == "recompute"
-        self.prec.forward_casts(lay.name, tag, M * lay.k_local, lay.weight_elems, recompute)
+        sp_group = "tp" if self.sp and lay.column else None
+        elems = M * lay.k_local // (self.t if sp_group else 1)  # a norm output's local rows
+        self.prec.forward_casts(lay.name, tag, elems, lay.weight_elems, recompute, sp_group)
         ub = self._overlapped(lay)
         if ub is not None:
             ub.forward(lay, tag)
