@@ -139,3 +139,20 @@ def test_overlap_with_fp8_gathers_fp8() -> None:
     a, b = fp8["L0.qkv.fwd.ub_ag0"], bf16["L0.qkv.fwd.ub_ag0"]
     assert a.bytes == b.bytes / 2  # type: ignore[attr-defined]
     assert fp8["L0.attn_out.ub_rs0.fwd"].bytes == bf16["L0.attn_out.ub_rs0.fwd"].bytes  # type: ignore[attr-defined]
+
+
+def test_ring_exchange_reduce_scatter() -> None:
+    """TE's split_overlap_rs_p2p (NVIDIA's tuned H100 configs): tp GEMM chunks, tp-1
+    sends of one chunk each (the last chunk is the rank's own), a sum of the partials;
+    without set_sm_margin the bulk GEMMs keep every SM."""
+    params = MegatronParallel(tp=4, sequence_parallel=True, tp_comm_overlap=True,
+                              tp_comm_overlap_rs="ring_exchange",
+                              tp_comm_overlap_sm_margin=False)  # fmt: skip
+    _, g = hybrid(params, 4, tp=4, spec=SPEC)
+    ops = {op.name: op for op in g.programs[0].ops}
+    sends = [ops[f"L0.attn_out.ub_rs{i}.fwd"] for i in range(3)]
+    assert all(op.kind is CollectiveKind.RING_EXCHANGE for op in sends)  # type: ignore[attr-defined]
+    plain = _ops(False)["L0.attn_out.rs_tp.fwd"].bytes  # type: ignore[attr-defined]
+    assert sum(op.bytes for op in sends) == pytest.approx(plain * 3 / 4)  # type: ignore[attr-defined]
+    assert "L0.attn_out.ub_rs.reduce" in ops and "L0.attn_out.fwd3" in ops
+    assert ops["L0.qkv.dI"].sm_margin == 0  # type: ignore[attr-defined]

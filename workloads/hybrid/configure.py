@@ -97,7 +97,12 @@ def tp_overlap_of(params: HybridParallel) -> TpOverlapSetup | None:
     """Megatron's --tp-comm-overlap settings (None: NCCL collectives, not overlapped)."""
     if not isinstance(params, MegatronParallel) or not params.tp_comm_overlap:
         return None
-    return TpOverlapSetup(params.tp_comm_overlap_sms, params.tp_comm_overlap_splits)
+    return TpOverlapSetup(
+        params.tp_comm_overlap_sms,
+        params.tp_comm_overlap_splits,
+        params.tp_comm_overlap_rs,
+        params.tp_comm_overlap_sm_margin,
+    )
 
 
 def _tp_options(spec: TransformerSpec, params: HybridParallel, cluster: ClusterShape) -> list[int]:
@@ -272,7 +277,8 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
 def check_tp_overlap(setup: HybridSetup, tokens: int) -> None:
     """Userbuffers' pipeline splits the microbatch's tokens into row chunks that it
     reduce-scatters over tp (TE asserts even splits)."""
-    splits = setup.tp_overlap.pipeline_splits if setup.tp_overlap else 1
+    ub = setup.tp_overlap
+    splits = ub.pipeline_splits if ub is not None and ub.rs_method == "pipeline" else 1
     if tokens % (setup.tp * splits):
         raise WorkloadError(
             f"parallel.tp_comm_overlap_splits={splits}: {tokens} tokens per microbatch and GPU "

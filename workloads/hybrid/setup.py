@@ -70,12 +70,26 @@ TE_PIPELINE_SPLITS = 4
 
 @dataclass(frozen=True)
 class TpOverlapSetup:
-    """Userbuffers' settings for tensor-parallel overlap (workloads/hybrid/tp_overlap.py):
-    the SMs of the pipeline / bulk kernels (= their GEMMs' SM margin) and the pipeline's
-    chunks; TE's defaults unless configured."""
+    """Userbuffers' settings for tensor-parallel overlap (workloads/hybrid/tp_overlap.py),
+    TE's defaults unless configured: the row-parallel forward's reduce-scatter method
+    ('pipeline', or 'ring_exchange': TE's split_overlap_rs_p2p), the SMs of the pipeline
+    and bulk kernels, whether their GEMMs leave those SMs free (set_sm_margin; the ring
+    reduce-scatter then leaves its 1), and the pipeline's chunks."""
 
     comm_sms: int = TE_COMM_SMS
     pipeline_splits: int = TE_PIPELINE_SPLITS
+    rs_method: Literal["pipeline", "ring_exchange"] = "pipeline"
+    sm_margin: bool = True
+
+    @property
+    def margin(self) -> int:
+        """SMs the pipeline and bulk GEMMs leave to their communication kernels."""
+        return self.comm_sms if self.sm_margin else 0
+
+    @property
+    def ring_rs_margin(self) -> int:
+        """SMs a ring-exchange reduce-scatter's GEMMs leave (its num_sm is 1)."""
+        return 1 if self.sm_margin else 0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,10 @@ comm_gemm_overlap.cpp):
 - bulk (`bulk_overlap`): the whole collective (16 SMs) beside one GEMM.
 - pipeline and bulk launch their GEMMs with `set_sm_margin`: cuBLASLt gets sm_count - 16
   SMs (`_math_sms`), priced by simulator/cost/sm_share.py through the ops' `sm_margin`.
+- the row-parallel forward may instead use ring_exchange (`split_overlap_rs_p2p`, as
+  NVIDIA's tuned H100 configurations in Megatron-Bridge's comm_overlap.py do): tp GEMM
+  chunks, each sent straight to the rank that owns those rows beside the next chunk's
+  GEMM (copy engines), then one kernel sums the tp partials.
 
 Userbuffers collectives are launched from TE's C++ (no c10d work objects): they run on
 their own streams (`UB_STREAMS`), which the kernel model prices at a kernel launch's host
@@ -43,6 +47,7 @@ from typing import TYPE_CHECKING
 from workloads.hybrid.setup import TpLinear, TpOverlapSetup
 from workloads.ops import USERBUFFERS_STREAM_PREFIX
 from workloads.ops import CollectiveKind as K
+from workloads.ops import ComputeKind as C
 
 if TYPE_CHECKING:
     from workloads.fp8 import LinearPrecision
@@ -100,7 +105,7 @@ class TpOverlap:
         h = -1
         for i in range(splits):
             g = self.prec.gemm(
-                f"{tag}.fwd{i}", lay.name, rows, lay.n_local, lay.k_local, self.cfg.comm_sms
+                f"{tag}.fwd{i}", lay.name, rows, lay.n_local, lay.k_local, self.cfg.margin
             )
             h = b.side_collective(
                 f"{tag}.ub_rs{i}.fwd",
@@ -112,6 +117,27 @@ class TpOverlap:
             )
         b.wait(h)
 
+    def _ring_rs_gemm(self, tag: str, lay: TpLinear) -> None:
+        """ring_exchange reduce-scatter (`split_overlap_rs_p2p`): tp GEMM chunks, each
+        the partial rows of one destination rank; chunk i's send beside chunk i+1 (the
+        last chunk is this rank's own); then one kernel sums the tp partials."""
+        b, rows = self.b, self.M // self.t
+        chunk = rows * lay.n * self.db
+        h, g = None, -1
+        for i in range(self.t):
+            if i > 0:
+                h = b.side_collective(
+                    f"{tag}.ub_rs{i - 1}.fwd", K.RING_EXCHANGE, "tp", chunk, UB_P2P_STREAM, (g,)
+                )
+            g = self.prec.gemm(
+                f"{tag}.fwd{i}", lay.name, rows, lay.n_local, lay.k_local, self.cfg.ring_rs_margin
+            )
+        if h is not None:
+            b.wait(h)
+        elems = rows * lay.n
+        b.compute(f"{tag}.ub_rs.reduce", C.ELEMENTWISE, self.t * elems,
+                  (self.t + 1) * elems * self.db)  # fmt: skip
+
     # ------------------------------------------------------------ passes
     def forward(self, lay: TpLinear, tag: str) -> None:
         """The forward GEMM with its all-gather (column) or reduce-scatter (row)."""
@@ -119,6 +145,8 @@ class TpOverlap:
             gb = self.prec.gather_bytes(lay.name)
             ex = (self.M // self.t) * lay.k * gb
             self._ring_gemm(f"{tag}.fwd", lay, lay.n_local, lay.k_local, ex)
+        elif self.cfg.rs_method == "ring_exchange":
+            self._ring_rs_gemm(tag, lay)
         else:
             self._pipeline_gemm(tag, lay)
 
@@ -135,7 +163,7 @@ class TpOverlap:
     def column_backward(self, lay: TpLinear, tag: str) -> None:
         """Column-parallel: bulk all-gather of the input beside the dgrad, bulk
         reduce-scatter of dI beside the wgrad; both GEMMs leave the comm SMs."""
-        b, M, margin = self.b, self.M, self.cfg.comm_sms
+        b, M, margin = self.b, self.M, self.cfg.margin
         self.prec.grad_cast(lay.name, tag, M * lay.n_local, gathered=False)
         gb = self.prec.gather_bytes(lay.name)
         ag = b.side_collective(
