@@ -18,7 +18,7 @@ send/recv time is reported under its own key 'pp'):
 | strategy | groups -> report |
 |---|---|
 | axonn | x, y, z, data (and world) as named |
-| megatron | tp -> x, dp -> data, embed -> data, pp -> pp, cp -> cp |
+| megatron | tp -> x, dp -> data, embed -> data, amax (FP8) -> data, pp -> pp, cp -> cp |
 | zero3, fsdp, hsdp | shard -> z, replicate -> data, dp -> data |
 | zeropp, zeropp-hier | shard, zpair, zpair_x, znode, znode_x, zinter -> z; dp -> data |
 | fsdp-tp | tp -> x, shard -> z, replicate -> data, dp -> data |
