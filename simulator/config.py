@@ -150,12 +150,38 @@ class ModelConfig(UserModel):
     gated_mlp: bool | None = None
     seq_len: int | None = Field(default=None, gt=0, le=2**24)
     vocab: int | None = Field(default=None, gt=0, le=2**24)
-    dtype: Literal["bf16", "fp16", "fp32"] | None = None
+    dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
+        default=None,
+        description="fp8: Transformer Engine's FP8 training (delayed scaling) on GPUs with "
+        "FP8 tensor cores: the block's linear GEMMs in FP8, everything else bf16 "
+        "(hybrid strategies only)",
+    )
+    fp8_recipe: Literal["delayed", "current"] | None = Field(
+        default=None,
+        description="with dtype fp8: Transformer Engine's DelayedScaling (amax histories "
+        "reduced once per pass; Megatron's default) or Float8CurrentScaling (each tensor's "
+        "amax taken right before its cast)",
+    )
     norm: Literal["layernorm", "rmsnorm"] | None = None
-    position: Literal["learned", "rope"] | None = None
+    position: Literal["learned", "rope", "alibi"] | None = None
     bias: bool | None = None
     tied_embeddings: bool | None = None
     dropout: bool | None = None
+    parallel_block: bool | None = Field(
+        default=None,
+        description="attention and MLP in parallel from the block input (GPT-J, GPT-NeoX, Falcon)",
+    )
+    shared_norm: bool | None = Field(
+        default=None, description="parallel block: one norm feeds both branches (GPT-J, Falcon-7B)"
+    )
+    attention_bias: bool | None = Field(
+        default=None, description="biases on QKV and attention-out (default: model.bias)"
+    )
+    norm_bias: bool | None = Field(default=None, description="LayerNorm bias (MPT: false)")
+    output_bias: bool | None = Field(default=None, description="output-layer bias (GPT-J)")
+    embedding_norm: bool | None = Field(
+        default=None, description="LayerNorm on the word embedding (BLOOM)"
+    )
 
     @model_validator(mode="after")
     def _resolvable(self) -> ModelConfig:

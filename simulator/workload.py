@@ -11,11 +11,13 @@ from simulator.choices import Choice, memory_reason
 from simulator.config import ExperimentConfig
 from simulator.plan import PlanBuilder, WorkloadPlan, training_setup
 from simulator.search.plans import STRATEGY_PLAN_BUILDERS
-from topologies.hardware import GpuSpec
+from topologies.hardware import GpuSpec, gpu_catalogue
 from topologies.types import Topology
 from workloads.axonn.params import AxonnParallel
+from workloads.errors import WorkloadError
 from workloads.models import TransformerSpec, model_flops_per_iteration
 from workloads.run import TrainingSetup
+from workloads.strategies import check_model_support
 
 __all__ = ["PLAN_BUILDERS", "PlanBuilder", "WorkloadPlan", "build_plan"]
 
@@ -158,6 +160,12 @@ def build_plan(config: ExperimentConfig, topology: Topology, gpu: GpuSpec) -> Wo
     from workloads.builder import op_budget
 
     spec = config.model.spec()
+    check_model_support(spec, config.parallel.strategy)
+    if spec.fp8 and not gpu.has_fp8:
+        fp8_gpus = ", ".join(n for n, g in gpu_catalogue().items() if g.has_fp8)
+        raise WorkloadError(
+            f"model.dtype fp8 needs FP8 tensor cores ({fp8_gpus}); the {gpu.name} has none"
+        )
     builder = PLAN_BUILDERS[config.parallel.strategy]
     with op_budget():
         return builder(config, spec, topology, gpu)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "guide"
 FENCE = re.compile(r"^( *)```(bash|python)\n(.*?)^\1```", re.S | re.M)
 MARKER = "# doctest"
-PAGES = ("simulate", "search", "sweep", "calibrate", "figures", "machines")
+PAGES = ("simulate", "search", "sweep", "calibrate", "figures", "machines", "models")
 
 
 def runnable_blocks(text: str) -> list[tuple[str, str]]:

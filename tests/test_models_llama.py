@@ -99,7 +99,7 @@ def test_untied_output_reduces_its_own_gradient_under_zero3() -> None:
 
 @pytest.mark.parametrize(
     "field,value,message",
-    [("norm", "batchnorm", "model.norm"), ("position", "alibi", "model.position")],
+    [("norm", "batchnorm", "model.norm"), ("position", "sinusoidal", "model.position")],
 )
 def test_unknown_architecture_names_fail(field: str, value: str, message: str) -> None:
     with pytest.raises(WorkloadError, match=message):

@@ -30,6 +30,12 @@ class GpuSpec:
     sm_count: int
     device_names: tuple[str, ...] = field(default=())
     silicon: str = ""
+    fp8_peak_flops: float | None = None  # dense FP8 tensor-core peak; None: no FP8
+
+    @property
+    def has_fp8(self) -> bool:
+        """FP8 tensor cores (Transformer Engine's FP8 training runs here)."""
+        return self.fp8_peak_flops is not None
 
     @property
     def peak_tflops(self) -> float:
@@ -44,6 +50,7 @@ def gpu_catalogue() -> dict[str, GpuSpec]:
     out: dict[str, GpuSpec] = {}
     for name, d in raw.items():
         emp = d.get("empirical_gemm_tflops")
+        fp8 = d.get("fp8_peak_tflops")
         out[name] = GpuSpec(
             name=name,
             display_name=str(d["display_name"]),
@@ -60,6 +67,7 @@ def gpu_catalogue() -> dict[str, GpuSpec]:
             sm_count=int(d["sm_count"]),
             device_names=tuple(str(p) for p in d.get("device_names") or ()),
             silicon=str(d.get("silicon") or name),
+            fp8_peak_flops=None if fp8 is None else float(fp8) * 1e12,
         )
     return out
 

@@ -22,6 +22,14 @@ s x s scores. Tensor parallelism splits everything between the column- and the
 row-parallel linears (24 of the 34 and the scores); sequence parallelism splits the rest;
 selective recompute drops the scores and recomputes them in backward.
 
+FP8 training (Transformer Engine, workloads/fp8.py) keeps the four linears' inputs in
+FP8 (1 byte: the quantised tensor its wgrad GEMM reads; sequence parallelism keeps the
+local rows and re-gathers them), everything else as in bf16.
+
+A parallel block (GPT-J, GPT-NeoX, Falcon) feeds both branches from the block input:
+the MLP norm's input is the attention norm's (stored once), and with one shared norm the
+MLP-up input is the QKV input too.
+
 `block_activation_terms` keeps that accounting but reads the widths from the
 architecture, so the same terms give GQA (K and V at kv_dim), SwiGLU (the activation's
 input is 2 x ffn wide, the MLP-down input ffn), no dropout (no masks, no dropout
@@ -38,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 LSE_BYTES = 4  # flash attention's log-sum-exp is fp32 (one per query token and head)
+FP8_BYTES = 1  # FP8 training: Transformer Engine saves the linears' quantised inputs
 MASK_BYTES = 1  # dropout masks are uint8/bool (Korthikanti et al. 2022, Section 4.1)
 
 
@@ -61,6 +70,9 @@ class ActivationShape:
     flash_attention: bool = True
     dropout: bool = True
     dtype_bytes: int = 2
+    parallel_block: bool = False  # both branches read the block input
+    shared_norm: bool = False  # ... through one norm
+    fp8_linear_inputs: bool = False  # FP8 training: the linears keep FP8 inputs for wgrad
 
 
 def block_activation_terms(shape: ActivationShape, recompute: str) -> dict[str, float]:
@@ -73,17 +85,22 @@ def block_activation_terms(shape: ActivationShape, recompute: str) -> dict[str, 
     rest = t if a.sequence_parallel else 1  # the part tensor parallelism leaves whole
     if recompute == "full":
         return {"block_input": db * tok * a.hidden / rest}
+    lb = FP8_BYTES if a.fp8_linear_inputs else db  # what a linear keeps of its input
     terms = {
         "norm1_input": db * tok * a.hidden / rest,
-        "qkv_input": db * tok * a.hidden / rest,
+        "qkv_input": lb * tok * a.hidden / rest,
         "query_key": db * tok * (a.hidden + a.kv_dim) / t,
         "value": db * tok * a.kv_dim / t,
-        "attn_out_input": db * tok * a.hidden / t,
+        "attn_out_input": lb * tok * a.hidden / t,
         "norm2_input": db * tok * a.hidden / rest,
-        "mlp_up_input": db * tok * a.hidden / rest,
+        "mlp_up_input": lb * tok * a.hidden / rest,
         "activation_input": db * tok * a.mlp_up / t,
-        "mlp_down_input": db * tok * a.ffn / t,
+        "mlp_down_input": lb * tok * a.ffn / t,
     }
+    if a.parallel_block:
+        del terms["norm2_input"]  # the block input, kept once as norm1_input
+        if a.shared_norm:
+            del terms["mlp_up_input"]  # the shared norm's output, kept as qkv_input
     if a.dropout:
         terms["attn_dropout_mask"] = MASK_BYTES * tok * a.hidden / rest
         terms["mlp_dropout_mask"] = MASK_BYTES * tok * a.hidden / rest

@@ -143,9 +143,13 @@ class ProgramBuilder:
         shape: tuple[int, ...] = (),
         deps: tuple[int, ...] = (),
         dtype_bytes: int = 2,
+        sm_margin: int = 0,
     ) -> int:
-        """Issue a kernel on the compute stream."""
-        idx = self._kernel(name, kind, flops, nbytes, COMPUTE_STREAM, deps, shape, dtype_bytes)
+        """Issue a kernel on the compute stream (`sm_margin`: SMs it leaves to a
+        concurrent communication kernel)."""
+        idx = self._kernel(
+            name, kind, flops, nbytes, COMPUTE_STREAM, deps, shape, dtype_bytes, sm_margin
+        )
         self._last_compute = idx
         return idx
 
@@ -159,6 +163,7 @@ class ProgramBuilder:
         deps: tuple[int, ...],
         shape: tuple[int, ...] = (),
         dtype_bytes: int = 2,
+        sm_margin: int = 0,
     ) -> int:
         """Append a kernel on `stream` in the current phase; returns its op index."""
         self.ops.append(
@@ -172,16 +177,34 @@ class ProgramBuilder:
                 shape,
                 dtype_bytes,
                 self.phase,
+                sm_margin,
             )
         )
         return len(self.ops) - 1
 
-    def gemm(self, name: str, m: int, n: int, k: int, dtype_bytes: int = 2, batch: int = 1) -> int:
+    def gemm(
+        self,
+        name: str,
+        m: int,
+        n: int,
+        k: int,
+        dtype_bytes: int = 2,
+        batch: int = 1,
+        sm_margin: int = 0,
+    ) -> int:
         """C (m x n) = A (m x k) B (k x n) on the compute stream."""
         flops = 2.0 * m * n * k * batch
         nbytes = float(dtype_bytes) * batch * (m * k + k * n + m * n)
         shape = (m, n, k) if batch == 1 else (m, n, k, batch)
-        return self.compute(name, ComputeKind.GEMM, flops, nbytes, shape, dtype_bytes=dtype_bytes)
+        return self.compute(
+            name,
+            ComputeKind.GEMM,
+            flops,
+            nbytes,
+            shape,
+            dtype_bytes=dtype_bytes,
+            sm_margin=sm_margin,
+        )
 
     def collective(
         self,

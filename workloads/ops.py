@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 COMPUTE_STREAM = "compute"
+USERBUFFERS_STREAM_PREFIX = "comm:ub"
+"""Streams of collectives launched from Transformer Engine's C++ userbuffers (tensor-
+parallel overlap, workloads/hybrid/tp_overlap.py): no c10d work object, so the host
+issues them at a kernel launch's cost (simulator/cost/kernels.py `issue_s`)."""
 
 
 class ComputeKind(StrEnum):
@@ -84,6 +88,9 @@ class ComputeOp:
     shape: tuple[int, ...] = ()
     dtype_bytes: int = 2
     phase: str = ""  # "fwd", "bwd", "recompute", "opt", ... for reports
+    # SMs (CUs) the kernel leaves to a concurrent communication kernel: a GEMM launched
+    # with sm_count - sm_margin SMs (Transformer Engine's userbuffers set_sm_margin)
+    sm_margin: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ send/recv time is reported under its own key 'pp'):
 | strategy | groups -> report |
 |---|---|
 | axonn | x, y, z, data (and world) as named |
-| megatron | tp -> x, dp -> data, embed -> data, pp -> pp, cp -> cp |
+| megatron | tp -> x, dp -> data, embed -> data, amax (FP8) -> data, pp -> pp, cp -> cp |
 | zero3, fsdp, hsdp | shard -> z, replicate -> data, dp -> data |
 | zeropp, zeropp-hier | shard, zpair, zpair_x, znode, znode_x, zinter -> z; dp -> data |
 | fsdp-tp | tp -> x, shard -> z, replicate -> data, dp -> data |
@@ -38,6 +38,7 @@ from workloads.hybrid.params import (
     ZeroppHierParallel,
     ZeroppParallel,
 )
+from workloads.models import TransformerSpec
 from workloads.optimus.params import OptimusParallel
 
 ParallelConfig = (
@@ -125,3 +126,43 @@ def parallel_degrees(params: ParallelConfig, gpus: int) -> dict[str, int]:
     if params.strategy in STRATEGY_NAMES:
         return _hybrid_degrees(params, gpus)
     raise WorkloadError(f"unknown strategy {params!r}")
+
+
+HYBRID_ONLY_MODEL_FIELDS: tuple[tuple[str, str], ...] = (
+    ("dtype", "fp8 (Transformer Engine's FP8 linears)"),
+    ("parallel_block", "the parallel attention + MLP block"),
+    ("position", "ALiBi positions"),
+    ("attention_bias", "attention biases that differ from the MLP's"),
+    ("norm_bias", "LayerNorms without a bias"),
+    ("output_bias", "an output-layer bias"),
+    ("embedding_norm", "an embedding LayerNorm"),
+)
+"""Model features only the hybrid generator (workloads/hybrid: megatron, the ZeRO/FSDP
+family) emits; AxoNN's and Optimus' generators replay their released code, which has
+none of them."""
+
+
+def _uses(spec: TransformerSpec, field: str) -> bool:
+    checks = {
+        "dtype": spec.fp8,
+        "parallel_block": spec.parallel_block,
+        "position": spec.position == "alibi",
+        "attention_bias": spec.has_attention_bias != spec.bias,
+        "norm_bias": not spec.norm_bias,
+        "output_bias": spec.output_bias,
+        "embedding_norm": spec.embedding_norm,
+    }
+    return checks[field]
+
+
+def check_model_support(spec: TransformerSpec, strategy: str) -> None:
+    """Raise WorkloadError (naming the model field) when `strategy`'s generator does not
+    implement a feature the model uses."""
+    if strategy not in ("axonn", "optimus"):
+        return
+    for field, what in HYBRID_ONLY_MODEL_FIELDS:
+        if _uses(spec, field):
+            raise WorkloadError(
+                f"model.{field}: the {strategy} generator does not implement {what}; "
+                "use megatron or another hybrid strategy (zero3, fsdp, fsdp-tp, ...)"
+            )

@@ -11,7 +11,12 @@ tensor parallelism).
 A block is, in module order: LayerNorm, QKV, attention, attention-out, residual,
 LayerNorm, MLP up, GeLU/SwiGLU, MLP down, residual. Backward runs the mirror; with full
 activation checkpointing the block's forward is recomputed first (communication
-included), with selective recompute only the attention kernel is.
+included), with selective recompute only the attention kernel is. A parallel block
+(GPT-J, GPT-NeoX, Falcon: x + attn(ln1(x)) + mlp(ln2(x))) issues the same kernels in
+the same order, without the MLP's norm when its branches share one; the strategy
+decides what its independence buys (Megatron-style TP: one reduction for both
+branches, workloads/hybrid/program.py). ALiBi adds its bias inside the attention
+kernel (no kernel of its own), rotary positions add the rope kernels.
 
 The non-GEMM kernels are the ones a real torch block launches: `data/block_kernels.yaml`
 lists them in launch order, counted from a Kineto trace of our torch implementation of
@@ -357,6 +362,10 @@ class BlockEmitter(Generic[L]):
             return f"{self.activation_name(layer)}.{row.phase}"
         return f"L{layer}.{anchor}.{row.role}{'' if k == 0 else k}.{row.phase}"
 
+    def _range_has_bias(self, rng: str) -> bool:
+        """Whether the range's linears add biases (GPT-J: the MLP's only)."""
+        return self.spec.linear_has_bias(RANGE_LINEARS[rng][0])
+
     def emit_slot(self, layer: int, phase: str, rng: str, slot: int) -> None:
         """The inventory's kernels of one slot, in launch order (hooks for norms and the
         attention kernel, which strategies may extend)."""
@@ -364,8 +373,10 @@ class BlockEmitter(Generic[L]):
         for row in block_kernels():
             if (row.phase, row.range, row.slot) != (phase, rng, slot):
                 continue
-            if row.role == "bias" and not self.spec.bias:
+            if row.role == "bias" and not self._range_has_bias(rng):
                 continue  # Llama-style linears have no biases to add or reduce
+            if row.role == "norm" and rng == "mlp" and self.spec.shared_norm:
+                continue  # a parallel block's branches share the attention's norm
             name = self._kernel_name(layer, row, 0)
             k = seen[name] = seen.get(name, -1) + 1
             if row.role == "norm":

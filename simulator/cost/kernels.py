@@ -42,15 +42,16 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from simulator.cost.calibration import Calibration, GemmIndex, KernelRates
+from simulator.cost.calibration import Calibration, GemmIndex, GemmMatch, KernelRates
 from simulator.cost.gemm import gemm_efficiency
 from simulator.cost.kernel_params import KernelParams, kernel_params
+from simulator.cost.sm_share import sms_for_gemm
 from simulator.cost.terms import Interference
 from simulator.errors import CostModelError
 from topologies.hardware import GpuSpec, gpu_spec
-from workloads.ops import ComputeKind, ComputeOp, Op
+from workloads.ops import USERBUFFERS_STREAM_PREFIX, ComputeKind, ComputeOp, Op
 
-OpKey = tuple[ComputeKind, tuple[int, ...], float, float, int, bool]
+OpKey = tuple[ComputeKind, tuple[int, ...], float, float, int, bool, int]
 MEMORY_BOUND = frozenset(
     {ComputeKind.ELEMENTWISE, ComputeKind.OPTIMIZER, ComputeKind.MEMCPY, ComputeKind.QUANTIZE}
 )
@@ -59,7 +60,8 @@ MEMORY_BOUND = frozenset(
 def _op_key(op: ComputeOp) -> OpKey:
     """What determines an op's duration (the cache key)."""
     bwd = op.kind is ComputeKind.ATTENTION and op.phase == "bwd"
-    return (op.kind, tuple(op.shape), float(op.flops), float(op.bytes), int(op.dtype_bytes), bwd)
+    shape, dtype, margin = tuple(op.shape), int(op.dtype_bytes), int(op.sm_margin)
+    return (op.kind, shape, float(op.flops), float(op.bytes), dtype, bwd, margin)
 
 
 def _fitted(value: float | None, default: float) -> float:
@@ -142,9 +144,10 @@ class KernelModel:
 
     def issue_s(self, op: Op) -> float:
         """Host time to dispatch an op (eager PyTorch: dispatcher, autograd, launch; for
-        collectives also ProcessGroupNCCL's work and stream-sync bookkeeping)."""
+        collectives also ProcessGroupNCCL's work and stream-sync bookkeeping; userbuffers
+        collectives, launched from Transformer Engine's C++, cost a kernel launch)."""
         r, p = self.rates, self.params
-        if isinstance(op, ComputeOp):
+        if isinstance(op, ComputeOp) or op.stream.startswith(USERBUFFERS_STREAM_PREFIX):
             return _fitted(r.issue_compute_s, p.cpu_issue_compute_s)
         return _fitted(r.issue_collective_s, p.cpu_issue_collective_s)
 
@@ -184,12 +187,33 @@ class KernelModel:
         return self.gemm_peak_flops * scale
 
     # ----------------------------------------------------------------- GEMM curve
-    def gemm_efficiency(self, m: int, n: int, k: int, batch: int = 1) -> float:
-        """Fraction of P a GEMM of this shape achieves on the compute side (0..1]."""
-        return float(self._efficiency(m, n, k, batch))
+    def gemm_efficiency(
+        self, m: int, n: int, k: int, batch: int = 1, dtype_bytes: int = 2, sm_margin: int = 0
+    ) -> float:
+        """Fraction of the dtype's peak a GEMM of this shape achieves on the compute side
+        (0..1]; `sm_margin` SMs left to a concurrent communication kernel."""
+        sms, share = sms_for_gemm(self.spec.sm_count, sm_margin)
+        return share * float(self._efficiency(m, n, k, batch, dtype_bytes, sms))
+
+    def k_ramp(self, dtype_bytes: int = 2) -> float:
+        """The k ramp in elements of the GEMM's k loop. It stands for a tile's fixed
+        prologue and epilogue time (kernel_defaults.yaml, fitted on 16-bit GEMMs); an
+        FP8 tile runs its k loop at the FP8/16-bit tensor-core ratio, so the same time is
+        that many more k elements (cuBLASLt's FP8 kernels write the same bf16 tiles)."""
+        ramp = self.params.gemm_k_ramp
+        if int(dtype_bytes) == 1:
+            scale = self.params.dtype_peak_scale
+            ramp *= scale.get(1, 1.0) / scale.get(2, 1.0)
+        return ramp
 
     def _efficiency(
-        self, m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike
+        self,
+        m: ArrayLike,
+        n: ArrayLike,
+        k: ArrayLike,
+        batch: ArrayLike,
+        dtype_bytes: int = 2,
+        sm_count: int | None = None,
     ) -> NDArray[np.float64]:
         p = self.params
         return gemm_efficiency(
@@ -197,10 +221,10 @@ class KernelModel:
             n,
             k,
             batch,
-            sm_count=self.spec.sm_count,
+            sm_count=self.spec.sm_count if sm_count is None else sm_count,
             tiles=p.gemm_tiles,
             tile_intensity_knee=p.gemm_tile_intensity_knee,
-            k_ramp=p.gemm_k_ramp,
+            k_ramp=self.k_ramp(dtype_bytes),
             splits=p.gemm_split_k,
         )
 
@@ -213,6 +237,7 @@ class KernelModel:
         dtype_bytes: int = 2,
         flops: float | None = None,
         nbytes: float | None = None,
+        sm_margin: int = 0,
     ) -> float:
         """Kernel time of a GEMM from the curve alone (no calibration, no launch gap).
 
@@ -222,21 +247,35 @@ class KernelModel:
         b = dtype_bytes * (m * k + k * n + m * n) * batch if nbytes is None else nbytes
         rate = self.rates.gemm_flops_per_s
         if rate is None:
-            rate = self.peak_for_dtype(dtype_bytes) * self.gemm_efficiency(m, n, k, batch)
+            eff = self.gemm_efficiency(m, n, k, batch, dtype_bytes, sm_margin)
+            rate = self.peak_for_dtype(dtype_bytes) * eff
+        elif sm_margin:
+            rate *= sms_for_gemm(self.spec.sm_count, sm_margin)[1]
         compute = f / rate if f > 0 else 0.0
         return max(compute, b / self.hbm_Bps) + self.gemm_fixed_s
 
     def _gemm_kernel_s(self, op: ComputeOp) -> float:
-        """A GEMM: the calibration table where it applies, else the curve."""
+        """A GEMM: the calibration table where it applies, else the curve. An SM margin
+        stretches a calibrated time by the curve's ratio with and without it."""
         dims = _gemm_dims(op)
         if dims is None:
             rate = self.rates.gemm_flops_per_s or self.peak_for_dtype(op.dtype_bytes)
+            rate *= sms_for_gemm(self.spec.sm_count, op.sm_margin)[1]
             return max(op.flops / rate, op.bytes / self.hbm_Bps) + self.gemm_fixed_s
         m, n, k, b = dims
-        curve = self.gemm_curve_time_s(m, n, k, b, op.dtype_bytes, op.flops, op.bytes)
+        margin = int(op.sm_margin)
+        curve = self.gemm_curve_time_s(m, n, k, b, op.dtype_bytes, op.flops, op.bytes, margin)
         match = self._gemm_index.match(m, n, k, b, op.dtype_bytes) if self._gemm_index else None
         if match is None:
             return curve
+        if margin:
+            full = self.gemm_curve_time_s(m, n, k, b, op.dtype_bytes, op.flops, op.bytes)
+            return self._calibrated_gemm_s(match, full) * curve / full
+        return self._calibrated_gemm_s(match, curve)
+
+    def _calibrated_gemm_s(self, match: GemmMatch, curve: float) -> float:
+        """The calibration table's time for a GEMM it matches (exact, or the curve
+        scaled by the neighbours' measured/curve ratios)."""
         if match.exact_time_s is not None:
             return match.exact_time_s
         log_ratio = sum(
@@ -311,8 +350,11 @@ class KernelModel:
         return out
 
     def _vectorisable(self, op: ComputeOp) -> bool:
-        """A shaped, valid GEMM that the calibration table does not touch."""
+        """A shaped, valid 16-bit GEMM on all SMs that the calibration table does not
+        touch (FP8 GEMMs and SM margins take the scalar path)."""
         if op.kind is not ComputeKind.GEMM or not op.shape:
+            return False
+        if op.sm_margin or int(op.dtype_bytes) == 1:
             return False
         if not _valid_amounts(op):
             return False

@@ -36,6 +36,7 @@ from workloads.optimus.memory import optimus_memory
 from workloads.optimus.params import OptimusParallel
 from workloads.optimus.workload import candidate_optimus_setups
 from workloads.run import ClusterShape, TrainingSetup
+from workloads.strategies import check_model_support
 
 LEVELS: tuple[PartitionLevel, ...] = ("global", "node", "pair")
 
@@ -217,6 +218,7 @@ def strategy_candidates(
 ) -> list[Candidate]:
     """All memory-feasible candidates of a strategy, most promising first."""
     spec = config.model.spec()
+    check_model_support(spec, strategy)
     if strategy == "axonn":
         return axonn_candidates(config, training, cluster, gpu)
     if strategy == "optimus":

@@ -32,7 +32,7 @@ ZERO_LEVEL_GROUPS = ("zpair", "zpair_x", "znode", "znode_x", "zinter")
 
 def hybrid_aliases(setup: HybridSetup) -> dict[str, str]:
     """Strategy group -> report key (pipeline send/recv keeps its own 'pp' key)."""
-    aliases = {"tp": "x", "shard": "z", "replicate": "data", "embed": "data"}
+    aliases = {"tp": "x", "shard": "z", "replicate": "data", "embed": "data", "amax": "data"}
     aliases["dp"] = "z" if setup.sharded else "data"
     aliases.update(dict.fromkeys(ZERO_LEVEL_GROUPS, "z"))
     return aliases

@@ -22,7 +22,13 @@ from workloads.hybrid.params import (
     ZeroppHierParallel,
     ZeroppParallel,
 )
-from workloads.hybrid.setup import HybridSetup, Recompute, ShardingSetup, check_tensor_parallel
+from workloads.hybrid.setup import (
+    HybridSetup,
+    Recompute,
+    ShardingSetup,
+    TpOverlapSetup,
+    check_tensor_parallel,
+)
 from workloads.hybrid.stages import check_stages, stage_layers_for
 from workloads.models import TransformerSpec
 from workloads.run import ClusterShape, TrainingSetup, batch_sequences, divisors
@@ -85,6 +91,18 @@ def sharding_of(params: HybridParallel) -> ShardingSetup:
             sync_every_microbatch=again,
         )
     return ShardingSetup(forward_prefetch=fwd, backward_prefetch=bwd)
+
+
+def tp_overlap_of(params: HybridParallel) -> TpOverlapSetup | None:
+    """Megatron's --tp-comm-overlap settings (None: NCCL collectives, not overlapped)."""
+    if not isinstance(params, MegatronParallel) or not params.tp_comm_overlap:
+        return None
+    return TpOverlapSetup(
+        params.tp_comm_overlap_sms,
+        params.tp_comm_overlap_splits,
+        params.tp_comm_overlap_rs,
+        params.tp_comm_overlap_sm_margin,
+    )
 
 
 def _tp_options(spec: TransformerSpec, params: HybridParallel, cluster: ClusterShape) -> list[int]:
@@ -221,6 +239,8 @@ def build_setup(
         flash_attention=training.flash_attention,
         compress_microbatches=training.compress_microbatches,
         gpus_per_node=cluster.gpus_per_node,
+        fp8=spec.fp8,
+        tp_overlap=tp_overlap_of(params),
     )
     check_setup(spec, setup)
     return setup
@@ -250,6 +270,20 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
         )
     if setup.sharded and setup.sharding.granularity == "linear" and setup.pp > 1:
         raise WorkloadError("parallel.granularity 'linear' needs pp = 1")
+    if setup.tp_overlap is not None and setup.tp > 1:
+        check_tp_overlap(setup, tokens)
+
+
+def check_tp_overlap(setup: HybridSetup, tokens: int) -> None:
+    """Userbuffers' pipeline splits the microbatch's tokens into row chunks that it
+    reduce-scatters over tp (TE asserts even splits)."""
+    ub = setup.tp_overlap
+    splits = ub.pipeline_splits if ub is not None and ub.rs_method == "pipeline" else 1
+    if tokens % (setup.tp * splits):
+        raise WorkloadError(
+            f"parallel.tp_comm_overlap_splits={splits}: {tokens} tokens per microbatch and GPU "
+            f"do not split into {splits} chunks of rows divisible by tp={setup.tp}"
+        )
 
 
 def candidate_setups(

@@ -9,6 +9,8 @@ Group kinds (members in rank order):
 - shard / replicate: the sharding group and the replicas of a shard (HSDP);
 - pp: one GPU per pipeline stage (position = stage), for send/recv;
 - embed: the first and last stage (tied word embeddings under pipelining);
+- amax (FP8 only): every GPU of a pipeline stage, Megatron's FP8 amax reduction group
+  (tensor x data x context parallel);
 - zpair, znode, zinter, zpair_x, znode_x: ZeRO++ partition levels (pure data-parallel
   runs only): a GCD pair, a node, the same local GPU across nodes, the same position of
   every pair, the same pair position inside a node.
@@ -62,6 +64,8 @@ def hybrid_groups(setup: HybridSetup) -> ProcessGroups:
         kinds["cp"] = ranks.transpose(0, 1, 2, 4, 3).reshape(-1, c)
     if p > 1:
         kinds["embed"] = kinds["pp"][:, [0, p - 1]]
+    if setup.fp8:  # Megatron's amax reduction group: tensor x data x context parallel
+        kinds["amax"] = ranks.reshape(p, -1)
     if uses_levels(setup):
         kinds.update(level_groups(setup))
     return ProcessGroups(world, kinds)
@@ -100,6 +104,7 @@ def group_size(setup: HybridSetup, name: str) -> int:
         "shard": setup.shard,
         "replicate": setup.replicate,
         "embed": 2,
+        "amax": setup.world // setup.pp,
         "zpair": 2,
         "zpair_x": setup.world // 2,
         "znode": gpn,

@@ -42,9 +42,10 @@ def small_param_sync(e: StageEmitter) -> None:
     sp, db = e.spec, e.db
     if e.setup.dp == 1:
         return
-    small = [("ln1.w", sp.hidden), ("ln2.w", sp.hidden)]
-    if sp.norm == "layernorm":
-        small += [("ln1.b", sp.hidden), ("ln2.b", sp.hidden)]
+    norms = ("ln1", "ln2")[: sp.block_norms]
+    small = [(f"{ln}.w", sp.hidden) for ln in norms]
+    if sp.norm_params > sp.hidden:  # LayerNorm with its bias
+        small += [(f"{ln}.b", sp.hidden) for ln in norms]
     small += [(f"{lay.name}.bias", lay.bias_elems) for lay in e.blocks if lay.bias]
     for c in reversed(e.chunks):
         for layer in reversed(range(c.start, c.stop)):
@@ -54,6 +55,8 @@ def small_param_sync(e: StageEmitter) -> None:
         e.b.collective("final_ln.ar_dp", K.ALL_REDUCE, "dp", sp.norm_params * db)
     if any(c.first for c in e.chunks) and sp.position_params:
         e.b.collective("pos_embedding.ar_dp", K.ALL_REDUCE, "dp", sp.position_params * db)
+    if any(c.first for c in e.chunks) and sp.embedding_norm:
+        e.b.collective("embedding_ln.ar_dp", K.ALL_REDUCE, "dp", sp.norm_params * db)
 
 
 def finish_iteration(e: StageEmitter) -> None:
@@ -79,8 +82,9 @@ def finish_iteration(e: StageEmitter) -> None:
         layers = sum(c.stop - c.start for c in e.chunks)
         last = any(c.last for c in e.chunks)
         # norms and row-parallel biases: the parameters sequence parallelism replicates
-        row_biases = 2 * sp.hidden if sp.bias else 0
-        elems = layers * (2 * sp.norm_params + row_biases) + (sp.norm_params if last else 0)
+        row_biases = sum(lay.bias_elems for lay in e.blocks if not lay.column)
+        elems = layers * (sp.block_norms * sp.norm_params + row_biases)
+        elems += sp.norm_params if last else 0
         e.tp_collective("sequence_parallel_grads.ar_tp", K.ALL_REDUCE, elems * s.grad_reduce_bytes)
     b.phase = "optimizer"
     optimizer_step(b, update_params(e), s.optimizer)

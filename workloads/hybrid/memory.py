@@ -12,6 +12,10 @@ unsharded gradient of the unit in backward (the whole stage's when gradients are
 reduced after the last microbatch), ZeRO++'s secondary partitions (hpZ: + M/|node| per
 GPU; a node/pair forward partition likewise).
 
+FP8 training (workloads/fp8.py): Transformer Engine caches every FP8 linear's weight in
+FP8 with its transpose for the iteration (2 bytes per weight element; under sharding,
+while the unit is gathered) and keeps the linears' inputs in FP8.
+
 Activations (workloads/activations.py: Korthikanti et al. 2022, Table 2, with the
 architecture's own widths and flash attention's rule): per chunk-microbatch the stored
 activations of its blocks (block inputs only under full recompute); a pipeline stage
@@ -33,6 +37,7 @@ from workloads.activations import (
     block_activation_bytes,
     recompute_working_bytes,
 )
+from workloads.fp8 import fp8_weight_cache_bytes
 from workloads.hybrid.groups import LEVEL_GROUP, group_size
 from workloads.hybrid.schedule import in_flight
 from workloads.hybrid.setup import (
@@ -68,6 +73,9 @@ def activation_shape(spec: TransformerSpec, setup: HybridSetup) -> ActivationSha
         flash_attention=setup.flash_attention,
         dropout=spec.dropout,
         dtype_bytes=spec.dtype_bytes,
+        parallel_block=spec.parallel_block,
+        shared_norm=spec.shared_norm,
+        fp8_linear_inputs=spec.fp8,
     )
 
 
@@ -101,10 +109,13 @@ def _states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, 
     total = float(counts["total"])
     adam = optimizer_bytes_per_param(setup.optimizer, spec.dtype_bytes)
     db = spec.dtype_bytes
+    fp8_block = _fp8_linear_elems(spec, setup) if spec.fp8 else 0.0
     if not setup.sharded:
         opt = adam * total / (setup.grad_ranks if setup.data_mode == "distopt" else 1)
+        layers = stage_layers(spec, setup, stage)
         return {
-            "weights": db * total,
+            # + Transformer Engine's FP8 weight cache (rows and transpose) for the iteration
+            "weights": db * total + fp8_weight_cache_bytes(layers * fp8_block),
             "gradients": setup.grad_reduce_bytes * total,
             "optimizer": opt,
             "gathered_weights": 0.0,
@@ -122,10 +133,12 @@ def _states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, 
         unit = float(max(lay.weight_elems for lay in block_linears(spec, setup.tp)))
         unit = max(unit, float(logits_linear(spec, setup.tp).weight_elems))
         root = 0.0
-    if sh.reshard_after_forward:
-        gathered = db * ((2 if sh.forward_prefetch else 1) * unit + root)
-    else:
-        gathered = db * sharded
+    units = 2 if sh.forward_prefetch else 1
+    gathered = db * (units * unit + root) if sh.reshard_after_forward else db * sharded
+    if spec.fp8:  # the FP8 copies of the gathered units' linear weights
+        fp8_unit = fp8_block if sh.granularity == "block" else unit
+        held = units if sh.reshard_after_forward else stage_layers(spec, setup, stage)
+        gathered += fp8_weight_cache_bytes(held * fp8_unit)
     full_grads = db * (unit if sh.sync_every_microbatch else sharded)
     return {
         "weights": weights,
@@ -133,6 +146,16 @@ def _states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, 
         "optimizer": adam * held,
         "gathered_weights": gathered,
     }
+
+
+def _fp8_linear_elems(spec: TransformerSpec, setup: HybridSetup) -> float:
+    """Weight elements per GPU of one block's FP8 linears."""
+    return float(sum(lay.weight_elems for lay in block_linears(spec, setup.tp)))
+
+
+def stage_layers(spec: TransformerSpec, setup: HybridSetup, stage: int) -> int:
+    """Transformer layers pipeline rank `stage` holds."""
+    return sum(c.stop - c.start for c in stage_chunks(spec, setup, stage))
 
 
 def stage_memory(spec: TransformerSpec, setup: HybridSetup, stage: int) -> MemoryBreakdown:

@@ -38,6 +38,15 @@ class MegatronParallel(UserModel):
     is split over the tensor-parallel GPUs and all-gathered before its recompute (not with
     sequence parallelism, as Megatron asserts).
     bucket_size: gradient bucket in elements (None: Megatron's max(40M, 1M x dp x cp)).
+    tp_comm_overlap: Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers,
+    workloads/hybrid/tp_overlap.py): the sequence-parallel all-gathers and reduce-scatters
+    split into chunks beside the block GEMMs; needs sequence_parallel (Megatron asserts).
+    tp_comm_overlap_sms: SMs of its pipeline/bulk kernels (TE's num_sm, 16);
+    tp_comm_overlap_sm_margin: whether their GEMMs leave those SMs free (TE's
+    set_sm_margin, on); tp_comm_overlap_splits: chunks of its reduce-scatter pipeline
+    (TE's num_splits, 4); tp_comm_overlap_rs: the row-parallel forward's method,
+    'pipeline' (TE's default) or 'ring_exchange' (point-to-point on copy engines, as
+    NVIDIA's tuned H100 configs of Megatron-Bridge use).
     """
 
     strategy: Literal["megatron"] = "megatron"
@@ -57,6 +66,20 @@ class MegatronParallel(UserModel):
     overlap_param_gather: bool = True
     bucket_size: int | None = Field(default=None, ge=1)
     grad_reduce_in_fp32: bool = True
+    tp_comm_overlap: bool = False
+    tp_comm_overlap_sms: int = Field(default=16, ge=1, le=1024)
+    tp_comm_overlap_splits: int = Field(default=4, ge=1, le=64)
+    tp_comm_overlap_sm_margin: bool = True
+    tp_comm_overlap_rs: Literal["pipeline", "ring_exchange"] = "pipeline"
+
+    @model_validator(mode="after")
+    def _tp_overlap(self) -> MegatronParallel:
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            raise ValueError(
+                "parallel.tp_comm_overlap needs parallel.sequence_parallel: true (Megatron-LM "
+                "asserts the same: the overlapped collectives are sequence parallelism's)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _distributed_saves(self) -> MegatronParallel:

@@ -27,6 +27,7 @@ weight ('linear', with AxoNN-style prefetch of the next weight in module order).
 
 from __future__ import annotations
 
+from workloads.fp8 import LinearPrecision
 from workloads.hybrid.buckets import GradBuckets
 from workloads.hybrid.context import ContextParallelAttention
 from workloads.hybrid.schedule import Pass
@@ -43,6 +44,7 @@ from workloads.hybrid.setup import (
 )
 from workloads.hybrid.sharding import Gather, Sharder
 from workloads.hybrid.streams import StreamBuilder
+from workloads.hybrid.tp_overlap import TpOverlap
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
 from workloads.transformer import LINEAR_NAMES, BlockEmitter
@@ -86,6 +88,12 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.cp_attention = (
             ContextParallelAttention(self.sb, self.shape, setup, self.db) if setup.cp > 1 else None
         )
+        self.prec = LinearPrecision(spec, self.b, self.db)
+        self.overlap = (
+            TpOverlap(self.sb, self.prec, setup.tp_overlap, setup.tp, self.M, self.db)
+            if setup.tp_overlap is not None and sp
+            else None
+        )
 
     # -------------------------------------------------------------- helpers
     def tp_collective(self, name: str, kind: K, nbytes: float, blocking: bool = True) -> int | None:
@@ -93,6 +101,12 @@ class StageEmitter(BlockEmitter[TpLinear]):
         if self.t == 1:
             return None
         return self.b.collective(name, kind, "tp", nbytes, blocking=blocking)
+
+    def _deferred_reduction(self, lay: TpLinear) -> bool:
+        """A parallel block sums its two branches' partial outputs and reduces them once,
+        after MLP-down (GPT-NeoX's gpt_j_residual: reduce, or reduce-scatter with
+        sequence parallelism); backward, the one gathered gradient feeds both."""
+        return self.spec.parallel_block and lay.name == "attn_out"
 
     def _root_unit(self, chunk: Chunk) -> str:
         return "root" if self.tied_here else ("embed" if chunk.first else "head")
@@ -189,31 +203,61 @@ class StageEmitter(BlockEmitter[TpLinear]):
             )
 
     # ------------------------------------------------------------ linears
+    def _overlapped(self, lay: TpLinear) -> TpOverlap | None:
+        """Userbuffers overlap for this linear (TE's block layers; not a parallel
+        block's attention-out, whose reduction MLP-down's carries)."""
+        if self.overlap is None or not self.overlap.handles(lay):
+            return None
+        return None if self._deferred_reduction(lay) else self.overlap
+
     def linear_forward(
         self, lay: TpLinear, tag: str, next_layer: tuple[TpLinear, str] | None
     ) -> None:
         if self.linear_mode:
             self._linear_gather(lay, tag, next_layer)
         M, db = self.M, self.db
+        recompute = self.b.phase == "recompute"
+        sp_group = "tp" if self.sp and lay.column else None
+        elems = M * lay.k_local // (self.t if sp_group else 1)  # a norm output's local rows
+        self.prec.forward_casts(lay.name, tag, elems, lay.weight_elems, recompute, sp_group)
+        ub = self._overlapped(lay)
+        if ub is not None:
+            ub.forward(lay, tag)
+            return
         if lay.column and self.sp:
-            self.tp_collective(f"{tag}.ag_tp.fwd", K.ALL_GATHER, M * lay.k * db)
-        self.b.gemm(f"{tag}.fwd", M, lay.n_local, lay.k_local, db)
-        if not lay.column:
+            gb = self.prec.gather_bytes(lay.name)
+            self.tp_collective(f"{tag}.ag_tp.fwd", K.ALL_GATHER, M * lay.k * gb)
+        self.prec.gemm(f"{tag}.fwd", lay.name, M, lay.n_local, lay.k_local)
+        if not lay.column and not self._deferred_reduction(lay):
             kind = K.REDUCE_SCATTER if self.sp else K.ALL_REDUCE
             self.tp_collective(f"{tag}.{'rs' if self.sp else 'ar'}_tp.fwd", kind, M * lay.n * db)
 
+    def _grad_gather(self, lay: TpLinear, tag: str) -> None:
+        """Row-parallel under sequence parallelism: all-gather the output gradient
+        (quantised first under FP8, transposed after for the wgrad GEMM)."""
+        M, p = self.M, self.prec
+        p.grad_cast(lay.name, tag, (M // self.t) * lay.n, gathered=True)
+        nbytes = M * lay.n * p.gather_bytes(lay.name)
+        self.tp_collective(f"{tag}.ag_tp.bwd", K.ALL_GATHER, nbytes)
+        p.gathered_transpose(lay.name, f"{tag}.grad", M * lay.n)
+
     def linear_backward(self, lay: TpLinear, tag: str) -> None:
-        M, db = self.M, self.db
+        M, db, p = self.M, self.db, self.prec
         if self.linear_mode:
             self._linear_backward_gather(lay, tag)
-        if not lay.column and self.sp:
-            self.tp_collective(f"{tag}.ag_tp.bwd", K.ALL_GATHER, M * lay.n * db)
+        ub = self._overlapped(lay)
+        if ub is not None:
+            (ub.column_backward if lay.column else ub.row_backward)(lay, tag)
+            return
+        if not lay.column and self.sp and not self._deferred_reduction(lay):
+            self._grad_gather(lay, tag)
+        else:
+            p.grad_cast(lay.name, tag, M * lay.n_local, gathered=False)
         h_in = None
         if lay.column and self.sp:
-            h_in = self.tp_collective(
-                f"{tag}.ag_tp.input", K.ALL_GATHER, M * lay.k * db, blocking=False
-            )
-        self.b.gemm(f"{tag}.dI", M, lay.k_local, lay.n_local, db)
+            nbytes = M * lay.k * p.gather_bytes(lay.name)
+            h_in = self.tp_collective(f"{tag}.ag_tp.input", K.ALL_GATHER, nbytes, blocking=False)
+        p.gemm(f"{tag}.dI", lay.name, M, lay.k_local, lay.n_local)
         h = None
         if lay.column:
             kind = K.REDUCE_SCATTER if self.sp else K.ALL_REDUCE
@@ -221,7 +265,8 @@ class StageEmitter(BlockEmitter[TpLinear]):
             h = self.tp_collective(name, kind, M * lay.k * db, blocking=False)
         if h_in is not None:
             self.b.wait(h_in)
-        self.b.gemm(f"{tag}.dW", lay.k_local, lay.n_local, M, db)
+            p.gathered_transpose(lay.name, f"{tag}.input", M * lay.k)
+        p.gemm(f"{tag}.dW", lay.name, lay.k_local, lay.n_local, M)
         if h is not None:
             self.b.wait(h)
         if self.linear_mode and not (tag == "logits" and self.shared_output):
@@ -281,11 +326,15 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.tp_collective("embedding.rs_tp", K.REDUCE_SCATTER, M * h * db)
         else:
             self.tp_collective("embedding.ar_tp", K.ALL_REDUCE, M * h * db)
+        if self.spec.embedding_norm:  # BLOOM's word_embeddings_layernorm
+            self.layernorm_forward("embedding_ln.fwd")
         if self.linear_mode:
             self.prefetched.clear()
 
     def embedding_backward(self) -> None:
         M, h, db = self.M, self.spec.hidden, self.db
+        if self.spec.embedding_norm:
+            self.layernorm_backward("embedding_ln.bwd")
         if self.sp:
             self.tp_collective("embedding.ag_tp.bwd", K.ALL_GATHER, M * h * db)
         self.elementwise("embedding.bwd", M * h, 3)
@@ -308,11 +357,15 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self._params_needed("head")
         self.layernorm_forward("final_ln.fwd")
         self.linear_forward(self.lg, "logits", None)
+        if self.spec.output_bias:  # GPT-J's lm_head bias: read and write the logits
+            self.elementwise("logits.bias.fwd", M * self.lg.n_local, 2)
         self.elementwise("loss.fwd", M * self.lg.n_local, 3, 6)
         self.tp_collective("loss.ar_tp", K.ALL_REDUCE, 2 * M * 4)
 
     def head_backward(self) -> None:
         self.elementwise("loss.bwd", self.M * self.lg.n_local, 3, 4)
+        if self.spec.output_bias:  # its gradient: a sum over the tokens
+            self.elementwise("logits.bias.bwd", self.M * self.lg.n_local, 1)
         self.linear_backward(self.lg, "logits")
         self.layernorm_backward("final_ln.bwd")
         if self.sharder is not None and self.block_mode and not self.tied_here:
@@ -344,6 +397,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.b.wait(h)
         for layer in range(c.start, c.stop):
             self.block_forward(layer, recompute=False)
+        self.prec.amax_reduction("fwd", c.stop - c.start, "amax")  # fp8_autocast exit
         if c.last:
             self.head_forward()
         else:
@@ -367,6 +421,8 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.b.wait(h)
         for layer in reversed(range(c.start, c.stop)):
             self.block_backward(layer)
+        # the first FP8 module's backward reduces the backward amaxes
+        self.prec.amax_reduction("bwd", c.stop - c.start, "amax")
         if c.first:
             self.embedding_backward()
         else:

@@ -60,6 +60,38 @@ class ShardingSetup:
     qgz: bool = False
 
 
+TE_COMM_SMS = 16
+"""num_sm of Transformer Engine's userbuffers pipeline and bulk methods (module/base.py
+initialize_ub get_default_config: 16 unless the method is ring_exchange, whose copy-
+engine transfers take 1 and no margin)."""
+TE_PIPELINE_SPLITS = 4
+"""num_splits of TE's pipeline method (get_default_config: 4; ring_exchange: tp)."""
+
+
+@dataclass(frozen=True)
+class TpOverlapSetup:
+    """Userbuffers' settings for tensor-parallel overlap (workloads/hybrid/tp_overlap.py),
+    TE's defaults unless configured: the row-parallel forward's reduce-scatter method
+    ('pipeline', or 'ring_exchange': TE's split_overlap_rs_p2p), the SMs of the pipeline
+    and bulk kernels, whether their GEMMs leave those SMs free (set_sm_margin; the ring
+    reduce-scatter then leaves its 1), and the pipeline's chunks."""
+
+    comm_sms: int = TE_COMM_SMS
+    pipeline_splits: int = TE_PIPELINE_SPLITS
+    rs_method: Literal["pipeline", "ring_exchange"] = "pipeline"
+    sm_margin: bool = True
+
+    @property
+    def margin(self) -> int:
+        """SMs the pipeline and bulk GEMMs leave to their communication kernels."""
+        return self.comm_sms if self.sm_margin else 0
+
+    @property
+    def ring_rs_margin(self) -> int:
+        """SMs a ring-exchange reduce-scatter's GEMMs leave (its num_sm is 1)."""
+        return 1 if self.sm_margin else 0
+
+
 @dataclass(frozen=True)
 class HybridSetup:
     """Every choice the hybrid generator needs besides the model."""
@@ -88,6 +120,8 @@ class HybridSetup:
     flash_attention: bool = True
     compress_microbatches: bool = True
     gpus_per_node: int = 8
+    fp8: bool = False  # Transformer Engine FP8 linears (workloads/fp8.py): the amax group
+    tp_overlap: TpOverlapSetup | None = None  # userbuffers TP overlap (tp_overlap.py)
 
     @property
     def world(self) -> int:
@@ -144,7 +178,7 @@ class TpLinear:
 def block_linears(spec: TransformerSpec, tp: int) -> tuple[TpLinear, ...]:
     """QKV and MLP-up column-parallel, attention-out and MLP-down row-parallel."""
     return tuple(
-        TpLinear(name, k, n, column=i % 2 == 0, tp=tp, bias=spec.bias)
+        TpLinear(name, k, n, column=i % 2 == 0, tp=tp, bias=spec.linear_has_bias(name))
         for i, (name, k, n) in enumerate(spec.linear_shapes())
     )
 
@@ -174,7 +208,8 @@ def block_params(spec: TransformerSpec, tp: int) -> int:
 
 def block_small_params(spec: TransformerSpec, tp: int) -> int:
     """Biases and norm parameters of one block per GPU."""
-    return sum(lay.bias_elems for lay in block_linears(spec, tp)) + 2 * spec.norm_params
+    biases = sum(lay.bias_elems for lay in block_linears(spec, tp))
+    return biases + spec.block_norms * spec.norm_params
 
 
 def block_shape(
@@ -237,20 +272,25 @@ def stage_chunks(spec: TransformerSpec, setup: HybridSetup, stage: int) -> tuple
 
 def stage_param_counts(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, int]:
     """Parameters per GPU on a pipeline rank: 'blocks', 'embedding' (word + learned
-    position), 'head' (final norm, plus the output weight when it is untied or not on the
-    embedding's stage) and 'small' (biases, norms, position embedding: what stays
-    replicated under per-linear ZeRO-3)."""
+    position + an embedding norm), 'head' (final norm, plus the output weight when it is
+    untied or not on the embedding's stage, and a vocabulary-parallel output bias) and
+    'small' (biases, norms, position embedding: what stays replicated under per-linear
+    ZeRO-3)."""
     t = setup.tp
     chunks = stage_chunks(spec, setup, stage)
     layers = sum(c.stop - c.start for c in chunks)
-    vocab_local = logits_linear(spec, t).weight_elems
+    lg = logits_linear(spec, t)
+    vocab_local = lg.weight_elems
     first = any(c.first for c in chunks)
     last = any(c.last for c in chunks)
-    embedding = vocab_local + spec.position_params if first else 0
+    emb_norm = spec.norm_params if spec.embedding_norm else 0
+    embedding = vocab_local + spec.position_params + emb_norm if first else 0
     own_output = last and (not first or not spec.tied_embeddings)
-    head = (spec.norm_params if last else 0) + (vocab_local if own_output else 0)
+    out_bias = lg.n_local if spec.output_bias else 0
+    head = (spec.norm_params + out_bias if last else 0) + (vocab_local if own_output else 0)
     small = layers * block_small_params(spec, t)
-    small += (spec.position_params if first else 0) + (spec.norm_params if last else 0)
+    small += spec.position_params + emb_norm if first else 0
+    small += spec.norm_params + out_bias if last else 0
     return {
         "blocks": layers * block_params(spec, t),
         "embedding": embedding,

@@ -46,7 +46,9 @@ class PassTemplates:
         buckets = tuple(
             (len(bk._param_wait), len(bk._launched), len(bk._pending)) for bk in e.buckets.values()
         )
-        return (ps.kind, ps.chunk, e.b._last_compute is None, buckets)
+        # FP8: the first microbatch's forward casts the weights, later ones reuse them
+        first_fp8 = e.setup.fp8 and ps.mb == 0
+        return (ps.kind, ps.chunk, e.b._last_compute is None, buckets, first_fp8)
 
     def emit(self, ps: Pass) -> None:
         """Emit pass `ps` (a copy of its template when one is recorded)."""
