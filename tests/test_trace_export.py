@@ -105,11 +105,31 @@ def test_launches_precede_kernels_and_syncs_name_recorded_events(full_run) -> No
         assert launch["ts"] + launch["dur"] <= k["ts"] + 1e-6
     records = {c for c, e in launches.items() if e["name"] == "cudaEventRecord"}
     syncs = [e for e in events if e.get("cat") == "cuda_sync"]
-    assert syncs and all(s["args"]["wait_on_cuda_event_record_corr_id"] in records for s in syncs)
+    waits = [s for s in syncs if s["name"] == "Stream Wait Event"]
+    assert waits and all(s["args"]["wait_on_cuda_event_record_corr_id"] in records for s in waits)
+    # CUPTI records a sync at its runtime call (same correlation), not on the GPU clock
+    for s in syncs:
+        call = launches[s["args"]["correlation"]]
+        assert call["ts"] == s["ts"] and call["name"] in ("cudaStreamWaitEvent",
+                                                           "cudaDeviceSynchronize")  # fmt: skip
+    # the step ends in one device synchronize that returns after the last kernel
+    [done] = [s for s in syncs if s["name"] == "Context Sync"]
+    assert done["args"]["stream"] == -1
+    assert done["ts"] + done["dur"] >= max(k["ts"] + k["dur"] for k in kernels)
     host = [e for e in events if e.get("ph") == "X" and e.get("tid") == 1]
     assert all(e["ts"] == int(e["ts"]) and e["dur"] >= 0 for e in host)  # whole µs
     steps = [e for e in host if e["name"].startswith("ProfilerStep#")]
     assert [s["name"] for s in steps] == ["ProfilerStep#1"]
+    assert steps[0]["ts"] + steps[0]["dur"] >= done["ts"] + done["dur"]
+    # Kineto's ac2g arrows: one per kernel, from its launch to its start
+    flows = [e for e in events if e.get("cat") == "ac2g"]
+    starts = {e["id"]: e for e in flows if e["ph"] == "s"}
+    ends = {e["id"]: e for e in flows if e["ph"] == "f"}
+    assert set(starts) == set(ends) == {k["args"]["correlation"] for k in kernels}
+    for k in kernels:
+        c = k["args"]["correlation"]
+        assert starts[c]["ts"] == launches[c]["ts"] and starts[c]["pid"] == launches[c]["pid"]
+        assert (ends[c]["ts"], ends[c]["pid"], ends[c]["tid"]) == (k["ts"], k["pid"], k["tid"])
     assert all(steps[0]["ts"] <= e["ts"] <= steps[0]["ts"] + steps[0]["dur"] for e in host)
 
 
