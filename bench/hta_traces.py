@@ -2,9 +2,10 @@
 it takes, and whether the critical path agrees with the report.
 
 Cases (issue 34): the embedded default (GPT-80B on 1,024 Perlmutter GPUs, one rank class),
-a 256-rank grid (GPT-80B on 256 Perlmutter GPUs, 4x4x4x4) and the 32,768-GCD symmetric
-run (GPT-320B on Frontier, 8x1x16x256, as in simulator/benchmarks/scaling.py); `--strag`
-adds the default with one 1.3x slower GPU (rank 3: full mode, 1,024 ranks, ~2 min).
+a 256-rank z=16 grid (GPT-20B on 256 Perlmutter GPUs, 2x2x16x4, as in
+tests/test_whatif_monotonicity.py) and the 32,768-GCD symmetric run (GPT-320B on
+Frontier, 8x1x16x256, as in simulator/benchmarks/scaling.py); `--strag` adds the default
+with one 1.3x slower GPU (rank 3: full mode, 1,024 ranks, ~2 min to simulate).
 Each case is simulated once, written as `axsim simulate --out` writes it (no pictures)
 into a fresh temporary folder, then HTA 0.5 runs every analysis of its TraceAnalysis
 (validation/hta_compat.py `run_every_analysis`) on the `kineto/` folder. One JSON row per
@@ -40,7 +41,11 @@ from validation.hta_compat import (
 NO_VIRTUAL = "engine.virtual_microbatches=false"  # what `simulate --out` sets
 CASES: dict[str, list[str]] = {
     "default": [],
-    "grid-256": ["cluster.gpus=256", "parallel.grid={x: 4, y: 4, z: 4, data: 4}"],
+    "grid-256": [
+        "cluster.gpus=256",
+        "model.name=gpt-20b",
+        "parallel.grid={x: 2, y: 2, z: 16, data: 4}",
+    ],
     "frontier-32k": [
         "cluster.machine=frontier",
         "cluster.gpus=32768",

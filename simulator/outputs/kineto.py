@@ -70,6 +70,30 @@ def gpu_event(
             "dur": float(tl.end_s[i] - tl.start_s[i]) * 1e6, "args": args}  # fmt: skip
 
 
+def wait_flows(
+    info: RankInfo, pid: int, streams: dict[str, int], ids: Iterator[int]
+) -> Iterator[Event]:
+    """Perfetto arrows of `handle.wait()`: from the end of the awaited collective's kernel
+    to the next kernel on the waiting stream, which cannot start before it (the one
+    cross-stream dependency a rank has; ids drawn from `ids`)."""
+    tl = info.timeline
+    after: dict[str, int] = {}  # stream -> the next dispatched record (scanning backwards)
+    pairs: list[tuple[int, int]] = []
+    for i in range(len(tl) - 1, -1, -1):
+        stream = str(tl.stream[i])
+        if tl.kind[i] != "wait":
+            after[stream] = i
+        elif stream in after and info.wait_target[i] >= 0:
+            pairs.append((int(info.wait_target[i]), after[stream]))
+    for src, dst in reversed(pairs):
+        flow = next(ids)
+        name = f"wait {tl.name[src]}"
+        yield {"ph": "s", "cat": "stream_wait", "name": name, "id": flow, "pid": pid,
+               "tid": streams[str(tl.stream[src])], "ts": float(tl.end_s[src]) * 1e6}  # fmt: skip
+        yield {"ph": "f", "bp": "e", "cat": "stream_wait", "name": name, "id": flow, "pid": pid,
+               "tid": streams[str(tl.stream[dst])], "ts": float(tl.start_s[dst]) * 1e6}  # fmt: skip
+
+
 def rank_events(ctx: TraceContext, info: RankInfo) -> Iterator[Event]:
     """Kineto events of one rank, in issue order (see module doc)."""
     rank = int(info.timeline.rank)
