@@ -48,8 +48,10 @@ def test_flows_never_point_backwards_nor_join_other_groups(full_run) -> None:  #
     }
     events = _events(out / "trace.json.gz")
     groups = GroupRegistry.build(result.plan.graph.groups).all_groups()
-    starts = {e["id"]: e for e in events if e.get("ph") == "s"}
-    ends = {e["id"]: e for e in events if e.get("ph") == "f"}
+    flows = [e for e in events if e.get("ph") in ("s", "f")]
+    assert len({e["id"] for e in flows}) * 2 == len(flows)  # ids unique across kinds
+    starts = {e["id"]: e for e in flows if e["ph"] == "s" and e["cat"] == "collective"}
+    ends = {e["id"]: e for e in flows if e["ph"] == "f" and e["cat"] == "collective"}
     assert starts and set(starts) == set(ends)
     for fid, s in starts.items():
         f = ends[fid]
@@ -105,11 +107,31 @@ def test_launches_precede_kernels_and_syncs_name_recorded_events(full_run) -> No
         assert launch["ts"] + launch["dur"] <= k["ts"] + 1e-6
     records = {c for c, e in launches.items() if e["name"] == "cudaEventRecord"}
     syncs = [e for e in events if e.get("cat") == "cuda_sync"]
-    assert syncs and all(s["args"]["wait_on_cuda_event_record_corr_id"] in records for s in syncs)
+    waits = [s for s in syncs if s["name"] == "Stream Wait Event"]
+    assert waits and all(s["args"]["wait_on_cuda_event_record_corr_id"] in records for s in waits)
+    # CUPTI records a sync at its runtime call (same correlation), not on the GPU clock
+    for s in syncs:
+        call = launches[s["args"]["correlation"]]
+        assert call["ts"] == s["ts"] and call["name"] in ("cudaStreamWaitEvent",
+                                                           "cudaDeviceSynchronize")  # fmt: skip
+    # the step ends in one device synchronize that returns after the last kernel
+    [done] = [s for s in syncs if s["name"] == "Context Sync"]
+    assert done["args"]["stream"] == -1
+    assert done["ts"] + done["dur"] >= max(k["ts"] + k["dur"] for k in kernels)
     host = [e for e in events if e.get("ph") == "X" and e.get("tid") == 1]
     assert all(e["ts"] == int(e["ts"]) and e["dur"] >= 0 for e in host)  # whole µs
     steps = [e for e in host if e["name"].startswith("ProfilerStep#")]
     assert [s["name"] for s in steps] == ["ProfilerStep#1"]
+    assert steps[0]["ts"] + steps[0]["dur"] >= done["ts"] + done["dur"]
+    # Kineto's ac2g arrows: one per kernel, from its launch to its start
+    flows = [e for e in events if e.get("cat") == "ac2g"]
+    starts = {e["id"]: e for e in flows if e["ph"] == "s"}
+    ends = {e["id"]: e for e in flows if e["ph"] == "f"}
+    assert set(starts) == set(ends) == {k["args"]["correlation"] for k in kernels}
+    for k in kernels:
+        c = k["args"]["correlation"]
+        assert starts[c]["ts"] == launches[c]["ts"] and starts[c]["pid"] == launches[c]["pid"]
+        assert (ends[c]["ts"], ends[c]["pid"], ends[c]["tid"]) == (k["ts"], k["pid"], k["tid"])
     assert all(steps[0]["ts"] <= e["ts"] <= steps[0]["ts"] + steps[0]["dur"] for e in host)
 
 
@@ -129,6 +151,38 @@ def test_symmetric_mode_writes_one_file_per_class(tmp_path: Path) -> None:
         "rank-2.json", "rank-3.json"
     ]  # fmt: skip
     assert json.loads((explicit / "trace.json").read_text())["traceEvents"]
+
+
+def test_one_rank_class_output_has_flows(tmp_path: Path) -> None:
+    """The default output of a run of one rank class (the embedded default's shape):
+    Perfetto arrows from each awaited collective to the kernel its wait holds back, and
+    Kineto's launch arrows."""
+    result = simulate(load_config(None, AXONN))
+    write_outputs(result, tmp_path, pictures=False)
+    written = json.loads((tmp_path / "rank_map.json").read_text())["written"]
+    assert [(w["rank"], w["count"]) for w in written] == [(0, 16)]
+    events = _events(tmp_path / "trace.json.gz")
+    kernels = [e for e in events if e.get("ph") == "X"]
+
+    def at(flow: dict, start: bool) -> dict:  # type: ignore[type-arg]
+        """The kernel of the flow's thread that starts (ends) at its time."""
+        [k] = [k for k in kernels if (k["pid"], k["tid"]) == (flow["pid"], flow["tid"])
+               and abs(k["ts"] + (0 if start else k["dur"]) - flow["ts"]) < 1e-6]  # fmt: skip
+        return k
+
+    flows = [e for e in events if e.get("cat") == "stream_wait"]
+    starts = {e["id"]: e for e in flows if e["ph"] == "s"}
+    finish = {e["id"]: e for e in flows if e["ph"] == "f"}
+    assert starts and set(starts) == set(finish)
+    for fid, s in starts.items():
+        f = finish[fid]
+        src, dst = at(s, start=False), at(f, start=True)  # a collective's end, a kernel's start
+        assert src["name"].startswith("ncclDevKernel_") and s["tid"] != f["tid"]
+        assert f["ts"] >= s["ts"] and dst["name"] and s["name"] == f"wait {src['args']['op']}"
+    kineto = _events(tmp_path / "kineto" / "rank-0.json.gz")
+    assert sum(1 for e in kineto if e.get("cat") == "ac2g") == 2 * sum(
+        1 for e in kineto if e.get("cat") == "kernel"
+    )
 
 
 def test_full_mode_default_writes_the_first_eight(tmp_path: Path) -> None:

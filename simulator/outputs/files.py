@@ -10,8 +10,10 @@ complete events (`ph: X`, µs) for GPU kernels with NCCL's kernel names and comm
 by group *instance* and the collective's sequence number on it (how the engine matches
 collectives), from the member that arrived last to every other traced member at that
 instant, so no arrow points backwards in time or joins ranks of different groups; a
-send's arrow goes to its receive when the transfer starts. It opens in ui.perfetto.dev
-and chrome://tracing.
+send's arrow goes to its receive when the transfer starts. Within each rank, an arrow
+goes from every awaited collective to the kernel its `handle.wait()` holds back (so a
+symmetric run's single rank class has arrows too). It opens in ui.perfetto.dev and
+chrome://tracing.
 
 Which ranks are written: in full mode the first 8 unless `--trace-ranks` says otherwise;
 in symmetric mode, by default (and for `all`), one rank per rank class, with
@@ -25,13 +27,14 @@ import csv
 import json
 import os
 from collections.abc import Iterable, Iterator
+from itertools import count
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from simulator.api import Result
-from simulator.outputs.kineto import gpu_event, stream_ids, write_kineto_traces
+from simulator.outputs.kineto import gpu_event, stream_ids, wait_flows, write_kineto_traces
 from simulator.outputs.timeline import COMM_KINDS, RankTimeline
 from simulator.outputs.trace_context import RankInfo, TraceContext
 from simulator.outputs.trace_io import write_trace_json
@@ -249,8 +252,10 @@ def write_links_csv(path: Path, result: Result) -> Path:
 def chrome_trace_events(
     ctx: TraceContext, stands_for: dict[int, np.ndarray]
 ) -> Iterator[dict[str, object]]:
-    """Perfetto events of the written ranks: kernels per stream, then the flows."""
+    """Perfetto events of the written ranks: kernels per stream and their `handle.wait()`
+    arrows, then the collectives' flows."""
     flows = _FlowIndex()
+    ids = count(1)
     for rank, members in stands_for.items():
         info = ctx.rank_info(rank)
         streams = stream_ids(info)
@@ -273,7 +278,8 @@ def chrome_trace_events(
             yield ev
             if tl.kind[i] in COMM_KINDS:
                 flows.add(info, i, rank, tid)
-    yield from flows.events()
+        yield from wait_flows(info, rank, streams, ids)
+    yield from flows.events(ids)
 
 
 class _FlowIndex:
@@ -294,8 +300,7 @@ class _FlowIndex:
         ts = float(tl.start_s[i]) * 1e6
         self.members.setdefault(key, []).append((rank, tid, ts, bool(info.is_send[i])))
 
-    def events(self) -> Iterator[dict[str, object]]:
-        flow_id = 0
+    def events(self, ids: Iterator[int]) -> Iterator[dict[str, object]]:
         for key, members in self.members.items():
             if len(members) < 2:
                 continue
@@ -313,7 +318,7 @@ class _FlowIndex:
                 targets = [m for m in members if m is not src]
                 name = f"{key[1]} pg {key[2]} #{key[3]}"
             for dst in targets:
-                flow_id += 1
+                flow_id = next(ids)
                 yield {"ph": "s", "cat": "collective", "name": name, "id": flow_id,
                        "pid": src[0], "tid": src[1], "ts": at}  # fmt: skip
                 yield {"ph": "f", "bp": "e", "cat": "collective", "name": name, "id": flow_id,

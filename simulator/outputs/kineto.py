@@ -8,52 +8,34 @@ PyTorch profiler writes for one rank of an eager NCCL job
 
 - header: `schemaVersion`, `deviceProperties`, `distributedInfo` (backend, rank,
   world_size, `pg_count`, `pg_config` with every group this rank belongs to);
-- the CPU thread: a `ProfilerStep#<STEP>` annotation over the iteration's host work;
-  per compute op an `aten::` `cpu_op` whose `cudaLaunchKernel` (same `correlation` as its
-  kernel; kernel `External id` = the cpu_op's) ends when the engine says the host issued
-  it; per collective an `nccl:<coll>` annotation around `record_param_comms` (comm
-  metadata) with ProcessGroupNCCL's calls: `cudaEventRecord` on the compute stream,
-  `cudaStreamWaitEvent` (the NCCL stream waits for it), `cudaLaunchKernelExC` and the end
-  `cudaEventRecord` on the NCCL stream; per `handle.wait()` a `cudaStreamWaitEvent` on
-  the compute stream for that end event;
-- the GPU: kernels on streams (NCCL kernels named as NCCL names them, with `Collective
-  name`, In/Out nelems, `Group size`, `Process Group Name/Description/Ranks`, `Seq`) and
-  `cuda_sync` "Stream Wait Event" records pointing at the recorded event
-  (`wait_on_stream`, `wait_on_cuda_event_record_corr_id`), which is what HTA's critical
-  path follows across streams.
-
-Where the CPU events sit inside an op's dispatch window (the window itself is the kernel
-model's `issue_s`) is presentation only: it changes no simulated time. HTA moves times to
-whole microseconds (start ceil, end floor), so the split keeps every host call >= 1 µs
-at the default dispatch costs (8 µs compute, 20 µs collective).
+- the CPU thread (simulator/outputs/kineto_host.py): `ProfilerStep#1` over the step,
+  ATen ops and their launches at the engine's host issue times, ProcessGroupNCCL's event
+  record / stream wait / launch per collective, `handle.wait()`'s stream wait, and the
+  step's closing device synchronize, with CUPTI's sync records and `ac2g` launch flows;
+- the GPU: kernels on streams (NCCL kernels named as NCCL >= 2.19 names them, with
+  `Collective name`, In/Out nelems, `Group size`, `Process Group Name/Description/Ranks`,
+  `Seq`), each joined to its launch by `correlation` and to its CPU op by `External id`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from simulator.outputs.timeline import COMM_KINDS
-from simulator.outputs.trace_context import RankInfo, TraceContext
-from simulator.outputs.trace_io import write_trace_json
-from simulator.outputs.trace_names import (
-    ANNOTATION_NAMES,
-    COLLECTIVE_NAMES,
-    KINETO_DTYPES,
-    aten_name,
-    kernel_name,
-    message_nelems,
+from simulator.outputs.kineto_host import (
+    COMPUTE_STREAM_ID,
+    FIRST_COMM_STREAM_ID,
+    HOST_PID_BASE,
+    NO_STREAM,
+    STEP,
+    Event,
+    HostWalk,
+    host_x,
 )
-
-# torch.profiler.schedule(wait=0, warmup=1, active=1) records step 1: a profiled step
-# follows at least one warm-up step, and HTA's straggler analysis (analyzers/straggler.py)
-# skips iteration 0 as warm-up
-STEP = 1
-HOST_PID_BASE = 100_000  # CPU-side pid of rank r: HOST_PID_BASE + r (an OS pid in real traces)
-CPU_TID = 1
-COMPUTE_STREAM_ID = 7  # the default CUDA stream as Kineto labels it
-FIRST_COMM_STREAM_ID = 20  # NCCL streams: created later, higher ids (values seen in real traces)
+from simulator.outputs.timeline import COMM_KINDS
+from simulator.outputs.trace_context import RankInfo, TraceContext, comm_args
+from simulator.outputs.trace_io import write_trace_json
+from simulator.outputs.trace_names import kernel_name
 
 
 def stream_ids(info: RankInfo) -> dict[str, int]:
@@ -65,36 +47,9 @@ def stream_ids(info: RankInfo) -> dict[str, int]:
     return out
 
 
-def comm_args(ctx: TraceContext, info: RankInfo, i: int) -> dict[str, object]:
-    """The comm metadata PyTorch attaches to an NCCL kernel and to record_param_comms."""
-    tl = info.timeline
-    kind = str(tl.kind[i])
-    group = str(tl.group[i])
-    members = ctx.registry.members(group, tl.rank)
-    size = int(members.size)
-    dtype = int(info.dtype_bytes[i])
-    n_in, n_out = message_nelems(kind, float(tl.bytes[i]), size, dtype)
-    name = COLLECTIVE_NAMES[kind]
-    if kind == "send-recv" and not info.is_send[i]:
-        name = "recv"
-    return {
-        "Collective name": name,
-        "In msg nelems": n_in,
-        "Out msg nelems": n_out,
-        "Group size": size,
-        "dtype": KINETO_DTYPES.get(dtype, "BFloat16"),
-        "In split size": "[]",
-        "Out split size": "[]",
-        "Process Group Name": info.pg_name[i],
-        "Process Group Description": ctx.registry.pg_desc(group, tl.rank),
-        "Process Group Ranks": ctx.registry.ranks_text(group, tl.rank),
-        "Seq": int(info.seq[i]),
-    }
-
-
 def gpu_event(
     ctx: TraceContext, info: RankInfo, i: int, pid: int, tid: int, corr: int, ext: int
-) -> dict[str, object]:
+) -> Event:
     """The kernel event of record i (GPU side; shared with the Perfetto trace)."""
     tl = info.timeline
     kind = str(tl.kind[i])
@@ -115,140 +70,52 @@ def gpu_event(
             "dur": float(tl.end_s[i] - tl.start_s[i]) * 1e6, "args": args}  # fmt: skip
 
 
-def _x(cat: str, name: str, pid: int, ts: float, dur: float, **args: object) -> dict[str, object]:
-    """A host event on whole microseconds (floor of both ends): HTA's rounding (ceil the
-    start, floor the end) then leaves it unchanged and no duration can turn negative."""
-    start = math.floor(ts)
-    end = max(math.floor(ts + dur), start)
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": CPU_TID,
-            "ts": float(start), "dur": float(end - start), "args": args}  # fmt: skip
-
-
-def _sync(
-    gpu: int, tid: int, ts: float, corr: int, on_stream: int, record: int
-) -> dict[str, object]:
-    # a whole microsecond (ceil) for the same reason as host events; it stays between the
-    # stream's previous kernel and the next one after HTA rounds those
-    return {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": gpu, "tid": tid,
-            "ts": float(math.ceil(ts)), "dur": 0.0,
-            "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": on_stream,
-                     "wait_on_cuda_event_record_corr_id": record, "stream": tid,
-                     "correlation": corr, "External id": corr, "device": gpu}}  # fmt: skip
-
-
-def rank_events(ctx: TraceContext, info: RankInfo) -> Iterator[dict[str, object]]:
-    """Kineto events of one rank, in issue order (see module doc)."""
+def wait_flows(
+    info: RankInfo, pid: int, streams: dict[str, int], ids: Iterator[int]
+) -> Iterator[Event]:
+    """Perfetto arrows of `handle.wait()`: from the end of the awaited collective's kernel
+    to the next kernel on the waiting stream, which cannot start before it (the one
+    cross-stream dependency a rank has; ids drawn from `ids`)."""
     tl = info.timeline
-    rank = int(tl.rank)
+    after: dict[str, int] = {}  # stream -> the next dispatched record (scanning backwards)
+    pairs: list[tuple[int, int]] = []
+    for i in range(len(tl) - 1, -1, -1):
+        stream = str(tl.stream[i])
+        if tl.kind[i] != "wait":
+            after[stream] = i
+        elif stream in after and info.wait_target[i] >= 0:
+            pairs.append((int(info.wait_target[i]), after[stream]))
+    for src, dst in reversed(pairs):
+        flow = next(ids)
+        name = f"wait {tl.name[src]}"
+        yield {"ph": "s", "cat": "stream_wait", "name": name, "id": flow, "pid": pid,
+               "tid": streams[str(tl.stream[src])], "ts": float(tl.end_s[src]) * 1e6}  # fmt: skip
+        yield {"ph": "f", "bp": "e", "cat": "stream_wait", "name": name, "id": flow, "pid": pid,
+               "tid": streams[str(tl.stream[dst])], "ts": float(tl.start_s[dst]) * 1e6}  # fmt: skip
+
+
+def rank_events(ctx: TraceContext, info: RankInfo) -> Iterator[Event]:
+    """Kineto events of one rank, in issue order (see module doc)."""
+    rank = int(info.timeline.rank)
     host = HOST_PID_BASE + rank
     gpu = rank % ctx.gpus_per_node
     streams = stream_ids(info)
     yield {"ph": "M", "name": "process_name", "pid": host, "tid": 0,
            "args": {"name": f"python rank {rank}"}}  # fmt: skip
     yield {"ph": "M", "name": "process_name", "pid": gpu, "tid": 0, "args": {"name": f"GPU {gpu}"}}
+    yield {"ph": "M", "name": "thread_name", "pid": gpu, "tid": NO_STREAM,
+           "args": {"name": f"Device {gpu}"}}  # fmt: skip
     for s, tid in streams.items():
         yield {"ph": "M", "name": "thread_name", "pid": gpu, "tid": tid,
                "args": {"name": f"stream {tid} {s}"}}  # fmt: skip
-    host_ops = _HostOps(ctx, info, host, gpu, streams)
-    yield _x("user_annotation", f"ProfilerStep#{STEP}", host, 0.0, host_ops.cpu_end + 1.0,
-             **{"External id": 1})  # fmt: skip
-    yield from host_ops.events()
 
+    def kernel(i: int, tid: int, corr: int, ext: int) -> Event:
+        return gpu_event(ctx, info, i, gpu, tid, corr, ext)
 
-class _HostOps:
-    """Walks one rank's records in issue order and emits host calls, sync records and
-    kernels (see module doc for the layout)."""
-
-    def __init__(
-        self, ctx: TraceContext, info: RankInfo, host: int, gpu: int, streams: dict[str, int]
-    ):
-        self.ctx, self.info, self.host, self.gpu, self.streams = ctx, info, host, gpu, streams
-        self.corr = 1  # correlation ids of runtime calls
-        self.ext = 1  # External ids of CPU ops
-        self.end_record: dict[int, tuple[int, int]] = {}  # comm record -> (corr, stream id)
-        kinds = info.timeline.kind
-        dispatched = [i for i in range(len(kinds)) if kinds[i] != "wait"]
-        last = dispatched[-1] if dispatched else -1
-        trailing = len(kinds) - 1 - last
-        # where the host's last call ends: the last dispatch, then trailing waits (2 µs each)
-        self.cpu_end = (float(info.issue_s[last]) * 1e6 if last >= 0 else 0.0) + 2.0 * trailing
-
-    def events(self) -> Iterator[dict[str, object]]:
-        tl = self.info.timeline
-        issue_us = self.info.issue_s * 1e6
-        pending: list[int] = []  # waits issued since the last dispatched op
-        prev = 0.0
-        for i in range(len(tl)):
-            kind = str(tl.kind[i])
-            if kind == "wait":
-                pending.append(i)
-                continue
-            a, b = prev, float(issue_us[i])
-            prev = b
-            if pending:  # the waits' host calls open this op's dispatch window
-                slot = 0.25 * (b - a) / len(pending)
-                for j, wi in enumerate(pending):
-                    yield from self._wait(wi, a + j * slot, slot)
-                a += 0.25 * (b - a)
-                pending = []
-            if kind in COMM_KINDS:
-                yield from self._collective(i, a, b)
-            else:
-                yield from self._compute(i, a, b)
-        for j, wi in enumerate(pending):  # waits after the last op
-            yield from self._wait(wi, prev + 2.0 * j, 2.0)
-
-    def _compute(self, i: int, a: float, b: float) -> Iterator[dict[str, object]]:
-        tl, host, w = self.info.timeline, self.host, b - a
-        self.corr += 1
-        self.ext += 1
-        ext = {"External id": self.ext}
-        aten = aten_name(str(tl.kind[i]), str(tl.name[i]), str(tl.phase[i]))
-        yield _x("cpu_op", aten, host, a, w, **ext, **{"Op name": str(tl.name[i])})
-        yield _x("cuda_runtime", "cudaLaunchKernel", host, b - 0.3 * w, 0.25 * w,
-                 correlation=self.corr, **ext)  # fmt: skip
-        tid = self.streams[str(tl.stream[i])]
-        yield gpu_event(self.ctx, self.info, i, self.gpu, tid, self.corr, self.ext)
-
-    def _collective(self, i: int, a: float, b: float) -> Iterator[dict[str, object]]:
-        tl, host, w = self.info.timeline, self.host, b - a
-        kind = str(tl.kind[i])
-        self.corr += 4
-        self.ext += 1
-        c, ext = self.corr, {"External id": self.ext}
-        tid = self.streams[str(tl.stream[i])]
-        yield _x("user_annotation", ANNOTATION_NAMES[kind], host, a, w, **ext)
-        yield _x("cpu_op", "record_param_comms", host, a, w, **ext,
-                 **comm_args(self.ctx, self.info, i))  # fmt: skip
-        # ProcessGroupNCCL: the NCCL stream waits for the work issued on the compute stream
-        yield _x("cuda_runtime", "cudaEventRecord", host, a + 0.1 * w, 0.1 * w,
-                 correlation=c - 3, **ext)  # fmt: skip
-        yield _x("cuda_runtime", "cudaStreamWaitEvent", host, a + 0.3 * w, 0.1 * w,
-                 correlation=c - 2, **ext)  # fmt: skip
-        # the wait is satisfied when the kernel can start (its dependencies are done)
-        yield _sync(self.gpu, tid, float(tl.start_s[i]) * 1e6, c - 2, COMPUTE_STREAM_ID, c - 3)
-        yield _x("cuda_runtime", "cudaLaunchKernelExC", host, a + 0.55 * w, 0.25 * w,
-                 correlation=c - 1, **ext)  # fmt: skip
-        yield _x("cuda_runtime", "cudaEventRecord", host, a + 0.85 * w, 0.1 * w,
-                 correlation=c, **ext)  # fmt: skip
-        self.end_record[i] = (c, tid)
-        yield gpu_event(self.ctx, self.info, i, self.gpu, tid, c - 1, self.ext)
-
-    def _wait(self, wi: int, ts: float, dur: float) -> Iterator[dict[str, object]]:
-        """`handle.wait()`: the compute stream waits for the collective's end event."""
-        tl, host = self.info.timeline, self.host
-        self.corr += 1
-        self.ext += 1
-        ext = {"External id": self.ext}
-        yield _x("cpu_op", "record_param_comms", host, ts, dur, **ext,
-                 **{"Collective name": "wait", "Group size": 1})  # fmt: skip
-        yield _x("cuda_runtime", "cudaStreamWaitEvent", host, ts + 0.25 * dur, 0.5 * dur,
-                 correlation=self.corr, **ext)  # fmt: skip
-        rec = self.end_record.get(int(self.info.wait_target[wi]))
-        if rec is not None:
-            tid = self.streams[str(tl.stream[wi])]
-            gpu_ts = max(float(tl.start_s[wi]) * 1e6, ts + 0.75 * dur)
-            yield _sync(self.gpu, tid, gpu_ts, self.corr, rec[1], rec[0])
+    walk = HostWalk(ctx, info, host, gpu, streams, kernel)
+    yield host_x("user_annotation", f"ProfilerStep#{STEP}", host, 0.0, walk.step_end,
+                 **{"External id": 1})  # fmt: skip
+    yield from walk.events()
 
 
 def write_kineto_traces(

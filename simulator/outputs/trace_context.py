@@ -23,7 +23,12 @@ import numpy as np
 
 from simulator.errors import ConfigError
 from simulator.outputs.timeline import COMM_KINDS, RankTimeline
-from simulator.outputs.trace_names import GroupRegistry
+from simulator.outputs.trace_names import (
+    COLLECTIVE_NAMES,
+    KINETO_DTYPES,
+    GroupRegistry,
+    message_nelems,
+)
 from workloads.graph import Program
 from workloads.ops import CollectiveOp, RecvOp, SendOp, WaitOp
 
@@ -148,6 +153,33 @@ class TraceContext:
             seq[i] = counters.get(key, 0)
             counters[key] = seq[i] + 1
         return RankInfo(tl, self.issue_s(program), pg, seq, peer, is_send, dtype, target, algo)
+
+
+def comm_args(ctx: TraceContext, info: RankInfo, i: int) -> dict[str, object]:
+    """The comm metadata PyTorch attaches to an NCCL kernel and to record_param_comms."""
+    tl = info.timeline
+    kind = str(tl.kind[i])
+    group = str(tl.group[i])
+    members = ctx.registry.members(group, tl.rank)
+    size = int(members.size)
+    dtype = int(info.dtype_bytes[i])
+    n_in, n_out = message_nelems(kind, float(tl.bytes[i]), size, dtype)
+    name = COLLECTIVE_NAMES[kind]
+    if kind == "send-recv" and not info.is_send[i]:
+        name = "recv"
+    return {
+        "Collective name": name,
+        "In msg nelems": n_in,
+        "Out msg nelems": n_out,
+        "Group size": size,
+        "dtype": KINETO_DTYPES.get(dtype, "BFloat16"),
+        "In split size": "[]",
+        "Out split size": "[]",
+        "Process Group Name": info.pg_name[i],
+        "Process Group Description": ctx.registry.pg_desc(group, tl.rank),
+        "Process Group Ranks": ctx.registry.ranks_text(group, tl.rank),
+        "Seq": int(info.seq[i]),
+    }
 
 
 def is_comm_kind(kind: str) -> bool:
