@@ -19,6 +19,16 @@ RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption)
 LOGIT_BYTES_PER_ELEM_EXTRA = (
     12  # fp32 upcast, fp32 softmax and its fp32 gradient beside bf16 logits
 )
+# Peak bytes per logit element beyond the bf16 logits, by loss kernel:
+# - eager: F.cross_entropy(logits.float()): the fp32 copy and log_softmax's saved fp32
+#   output in forward, in backward the saved output, the incoming gradient and
+#   log_softmax's gradient, all fp32 (12);
+# - fused: a fused kernel that writes the gradient into the logits in place (flash-attn's
+#   CrossEntropyLoss with inplace_backward, llm-foundry's fused_crossentropy): an fp32
+#   log-sum-exp per token only (0);
+# - vocab-parallel: Megatron's vocab_parallel_cross_entropy: one fp32 buffer (the logits
+#   cast, turned into the softmax in place and into the gradient in place) (4).
+CROSS_ENTROPY_EXTRA_BYTES = {"eager": 12.0, "fused": 0.0, "vocab-parallel": 4.0}
 FRAGMENTATION_FRACTION = 0.10  # caching-allocator slack on short-lived tensors (assumption)
 
 
@@ -29,6 +39,11 @@ def optimizer_bytes_per_param(optimizer: str, dtype_bytes: int) -> float:
     SGD 0 (ZeRO paper, Rajbhandari et al. 2020, Sec. 3.1: K = 12 for mixed-precision Adam)."""
     master = 4.0 if dtype_bytes < 4 else 0.0
     return master + (8.0 if optimizer == "adam" else 0.0)
+
+
+def logit_bytes_per_elem(cross_entropy: str, dtype_bytes: int) -> float:
+    """Peak bytes per element of the logits for a loss kernel (CROSS_ENTROPY_EXTRA_BYTES)."""
+    return dtype_bytes + CROSS_ENTROPY_EXTRA_BYTES.get(cross_entropy, LOGIT_BYTES_PER_ELEM_EXTRA)
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,7 @@ class MemoryBreakdown:
     activations: float
     logits: float
     runtime_reserve: float
+    buffers: float = 0.0  # framework buffers: gradient buckets, reduction inputs
 
     @property
     def fragmentation(self) -> float:

@@ -27,6 +27,8 @@ from workloads.transformer import optimizer_step
 def update_params(e: StageEmitter) -> float:
     """Parameters this rank's optimizer updates."""
     s, total = e.setup, float(e.counts["total"])
+    if s.deepspeed is not None:  # every wrapper but the FP16_Optimizer partitions over dp
+        return total if s.deepspeed.optimizer_path == "fp16_optimizer" else total / s.grad_ranks
     if s.data_mode == "distopt":
         return total / s.grad_ranks
     if not s.sharded:
@@ -62,10 +64,12 @@ def finish_iteration(e: StageEmitter) -> None:
     b.phase = "grad-sync"
     if e.sharder is not None:
         e.sharder.wait_pending()
-        if e.linear_mode:
+        if e.linear_mode and e.zero3 is None:
             small_param_sync(e)
     for bk in e.buckets.values():
         bk.finish()
+    for dsg in e.ds_grads.values():
+        dsg.finish()
     if s.pp > 1 and e.stage in (0, s.pp - 1) and sp.tied_embeddings:
         grad_bytes = e.db if s.sharded else s.grad_reduce_bytes
         shard = s.shard if s.sharded else 1
@@ -87,6 +91,10 @@ def finish_iteration(e: StageEmitter) -> None:
     if s.data_mode == "distopt" and not s.overlap_param_gather:
         for bk in e.buckets.values():
             bk.gather_params()
+    for dsg in e.ds_grads.values():
+        dsg.after_step()
+    if e.zero3 is not None:
+        e.zero3.after_step()
     if e.sharder is not None:
         e.sharder.refresh_forward_partition(
             e.counts["total"] - (e.counts["small"] if e.linear_mode else 0)
