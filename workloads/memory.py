@@ -15,7 +15,12 @@ from dataclasses import asdict, dataclass
 
 from workloads.transformer import BlockShape
 
-RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption)
+RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption; the upper bound)
+# The least of it: a CUDA context with PyTorch's kernels loaded and the cuBLAS workspace
+# (about 0.5 GB on A100/H100 processes, nvidia-smi's per-process figure before the first
+# allocation; assumption), NCCL's channel buffers (NCCL_BUFFSIZE 4 MiB per channel and
+# protocol) being what grows with the communicators a strategy opens.
+RUNTIME_RESERVE_LOW_BYTES = 0.5e9
 LOGIT_BYTES_PER_ELEM_EXTRA = (
     12  # fp32 upcast, fp32 softmax and its fp32 gradient beside bf16 logits
 )
@@ -68,12 +73,23 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> float:
+        """The estimate a configuration is chosen by (every term at its upper end)."""
         return sum(asdict(self).values()) + self.fragmentation
 
+    @property
+    def lower(self) -> float:
+        """The least this memory can be: no fragmentation, the smallest runtime reserve.
+        A configuration whose lower bound exceeds the GPU certainly does not fit; between
+        the bounds the verdict is uncertain (the report gives the margin and the terms)."""
+        reserve = min(self.runtime_reserve, RUNTIME_RESERVE_LOW_BYTES)
+        return self.total - self.fragmentation - (self.runtime_reserve - reserve)
+
     def as_dict(self) -> dict[str, float]:
+        """Every category, fragmentation, `total` (upper) and `lower` (not categories)."""
         d = asdict(self)
         d["fragmentation"] = self.fragmentation
         d["total"] = self.total
+        d["lower"] = self.lower
         return d
 
 

@@ -103,6 +103,8 @@ def _hybrid_degrees(params: ParallelConfig, gpus: int) -> dict[str, int]:
     cp = 1
     if isinstance(params, MegatronParallel):
         pp, cp = params.pipeline_size or 1, params.cp
+    if isinstance(params, DeepSpeedParallel):
+        pp = params.pipeline_size or 1
     if gpus % (tp * pp * cp):
         what = (
             f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}"

@@ -150,7 +150,11 @@ def _tp_options(spec: TransformerSpec, params: HybridParallel, cluster: ClusterS
 
 
 def _pp_options(spec: TransformerSpec, params: HybridParallel) -> list[int]:
-    given = params.pipeline_size if isinstance(params, MegatronParallel) else params_pp(params)
+    given = (
+        params.pipeline_size
+        if isinstance(params, MegatronParallel | DeepSpeedParallel)
+        else params_pp(params)
+    )
     if given is not None:
         return [given]
     if not isinstance(params, MegatronParallel | FsdpPpParallel):

@@ -38,6 +38,9 @@ class DeepSpeedParallel(UserModel):
     zero_stage: Literal[0, 1, 2, 3] = 0
     tp: int | None = Field(default=None, ge=1)
     pp: int | None = Field(default=None, ge=1)
+    # transformer layers per pipeline stage (PipelineModule's partition_method, e.g.
+    # 'type:transformer|embedding' counting the embedding as a layer: BLOOM's [5, 6 x 10, 5])
+    layers_per_stage: tuple[int, ...] | None = Field(default=None, min_length=1, max_length=4096)
     reduce_bucket_size: int = Field(default=500_000_000, ge=1, le=MAX_ELEMS)
     allgather_bucket_size: int = Field(default=500_000_000, ge=1, le=MAX_ELEMS)
     overlap_comm: bool | None = None
@@ -55,7 +58,15 @@ class DeepSpeedParallel(UserModel):
 
     @model_validator(mode="after")
     def _stage_options(self) -> DeepSpeedParallel:
-        if self.pp is not None and self.pp > 1 and self.zero_stage > 1:
+        given = self.layers_per_stage
+        if given is not None:
+            if any(n < 1 for n in given):
+                raise ValueError("parallel.layers_per_stage: every stage needs a layer")
+            if self.pp is not None and self.pp != len(given):
+                raise ValueError(
+                    f"parallel.layers_per_stage lists {len(given)} stages but parallel.pp={self.pp}"
+                )
+        if (self.pipeline_size or 1) > 1 and self.zero_stage > 1:
             raise ValueError(
                 f"parallel.zero_stage={self.zero_stage} cannot be combined with pp > 1 "
                 "(DeepSpeed's PipelineEngine takes ZeRO stages 0 and 1 only)"
@@ -71,6 +82,13 @@ class DeepSpeedParallel(UserModel):
                 "zero_hpz_partition_size (ZeRO++) need zero_stage 3"
             )
         return self
+
+    @property
+    def pipeline_size(self) -> int | None:
+        """pp as given, or the length of layers_per_stage."""
+        if self.pp is None and self.layers_per_stage is not None:
+            return len(self.layers_per_stage)
+        return self.pp
 
     @property
     def overlap(self) -> bool:

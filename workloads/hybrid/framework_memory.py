@@ -13,12 +13,13 @@ PyTorch FSDP (torch/distributed/fsdp, mixed precision with fp32 module parameter
   ends); the root's unsharded gradient lives through the whole backward (the head's
   backward starts it, the embedding's ends it);
 - gathered_weights: the root's unsharded parameters (not resharded after forward) and the
-  units in flight: FSDP1 with the rate limiter holds the unit computing, one in flight and,
-  with prefetch, one more whose free event the GPU has not passed (freed storage is
-  record_stream'ed to the compute stream); without the limiter the CPU runs ahead and any
-  number may be allocated (bounded here by all units); FSDP2 keeps the all-gather output
-  until the next copy-out in forward (3 units); SHARD_GRAD_OP keeps every unit gathered
-  from forward to backward.
+  units in flight: FSDP1 with the rate limiter holds the unit computing and the one being
+  gathered, and when gathers run a unit ahead (forward_prefetch, BACKWARD_PRE) also the
+  unit whose free event the GPU has not passed (freed storage is record_stream'ed to the
+  compute stream; the limiter waits for the oldest of two queued free events); without
+  the limiter the CPU runs ahead and any number may be allocated (bounded here by all
+  units); FSDP2 keeps the all-gather output until the next copy-out in forward (3 units);
+  SHARD_GRAD_OP keeps every unit gathered from forward to backward.
 
 DeepSpeed (deepspeed/runtime, commit 38327e0):
 - BF16_Optimizer: bf16 parameters and gradients (2 P + 2 P), the fp32 gradient buffer of
@@ -88,8 +89,12 @@ def fsdp_states(spec: TransformerSpec, setup: HybridSetup, rt: FsdpRuntime) -> S
         elif rt.version == 2:
             units, high = 3.0 + (1.0 if rt.keep_last_unit else 0.0), None
         else:
-            prefetch = rt.forward_prefetch or rt.backward_prefetch != "none"
-            units = 2.0 + (1.0 if prefetch else 0.0)
+            # the unit computing and the one being gathered, plus, when a gather is issued
+            # a unit ahead (forward prefetch, BACKWARD_PRE), the unit whose free event the
+            # GPU has not passed (tests/test_fsdp_memory_reference.py: the CPU's
+            # synchronous run holds one unit fewer)
+            ahead = rt.forward_prefetch or rt.backward_prefetch == "pre"
+            units = 3.0 if ahead else 2.0
             high = None if rt.limit_all_gathers else float(blocks)
         units = min(units, float(max(blocks, 1)))
         live = units * unit

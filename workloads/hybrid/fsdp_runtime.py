@@ -99,6 +99,10 @@ class FsdpHooks:
         # the root's pre-forward makes the unshard streams wait for the compute stream
         # (FSDP1 _root_pre_forward -> _wait_for_computation_stream; FSDP2 likewise)
         self.sync_with_compute = False
+        # units whose pre-forward / pre-backward hook has not run in this pass: the only
+        # valid prefetch targets (FSDP's _needs_pre_forward_unshard / _needs_pre_backward_unshard)
+        self.forward_left: set[str] = set(order)
+        self.backward_left: set[str] = set()
 
     # ------------------------------------------------------------- helpers
     def _forward_next(self, unit: str) -> str | None:
@@ -202,9 +206,12 @@ class FsdpHooks:
             # every free event queued so far precedes the compute the root's gather now
             # waits for: the limiter's waits on them are already satisfied
             self.free_events.clear()
+            self.forward_left = set(self.order)
+        self.forward_left.discard(unit)
+        self.backward_left.add(unit)
         self._wait(unit, forward=True)
         nxt = self._forward_next(unit)
-        if self.rt.forward_prefetch and nxt is not None:
+        if self.rt.forward_prefetch and nxt is not None and nxt in self.forward_left:
             self._unshard(nxt)
 
     def post_forward(self, unit: str) -> None:
@@ -219,8 +226,10 @@ class FsdpHooks:
     def pre_backward(self, unit: str) -> None:
         """A unit's pre-backward hook: unshard it, prefetch the next (BACKWARD_PRE)."""
         self.copy_out = None
+        self.backward_left.discard(unit)
         self._wait(unit, forward=False)
         nxt = self._backward_next(unit)
+        nxt = nxt if nxt in self.backward_left else None
         mode = self.rt.backward_prefetch
         # FSDP2 prefetches one unit in its pre-backward hook (it has no POST mode)
         if nxt is not None and (mode == "pre" or (mode == "post" and self.rt.version == 2)):
@@ -230,6 +239,7 @@ class FsdpHooks:
         """A unit's post-backward hook: reshard, prefetch (BACKWARD_POST), reduce."""
         self._reshard(unit)
         nxt = self._backward_next(unit)
+        nxt = nxt if nxt in self.backward_left else None
         if nxt is not None and self.rt.backward_prefetch == "post" and self.rt.version == 1:
             self._unshard(nxt)
         if self.rt.version == 1:

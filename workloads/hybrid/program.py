@@ -91,7 +91,9 @@ class StageEmitter(BlockEmitter[TpLinear]):
             if ds is not None and ds.stage == 3 and self.sharder is not None
             else None
         )
-        self.blocking_sends = ds is not None and ds.pipeline
+        # DeepSpeed's PipelineEngine moves tensors from its schedule's steps, blocking
+        # (workloads/hybrid/deepspeed_pipe.py), not from the passes
+        self.external_p2p = ds is not None and ds.pipeline
         self.chunk = self.chunks[0]
         self.last_mb = False
         self.last_index = setup.microbatches - 1  # of the microbatches actually emitted
@@ -424,6 +426,16 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self._grad_ready("head")
 
     # -------------------------------------------------------------- passes
+    def blocking_p2p(self, what: str) -> None:
+        """One of DeepSpeed's blocking transfers: 'send_act', 'recv_act', 'send_grad',
+        'recv_grad' (p2p.send / p2p.recv: the compute stream waits for it)."""
+        p, s = self.setup.pp, self.stage
+        op, kind = what.split("_")
+        peer = (s + 1) % p if (op, kind) in (("send", "act"), ("recv", "grad")) else (s - 1) % p
+        stream = f"p2p:{kind}_{'out' if op == 'send' else 'in'}"
+        issue = self.sb.send_on if op == "send" else self.sb.recv_on
+        self.b.wait(issue(f"{op}.{kind}", "pp", peer, self._p2p_bytes(), kind, stream))
+
     def _p2p_bytes(self) -> float:
         return self.M * self.spec.hidden * self.db / (self.t if self.sp else 1)
 
@@ -441,7 +453,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.b.phase = "fwd"
         if c.first:
             self.embedding_forward()
-        else:
+        elif not self.external_p2p:
             h = self.sb.recv_on(
                 "recv.act", "pp", (self.stage - 1) % p, self._p2p_bytes(), "act", "p2p:act_in"
             )
@@ -450,12 +462,10 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.block_forward(layer, recompute=False)
         if c.last:
             self.head_forward()
-        else:
-            h = self.sb.send_on(
+        elif not self.external_p2p:
+            self.sb.send_on(
                 "send.act", "pp", (self.stage + 1) % p, self._p2p_bytes(), "act", "p2p:act_out"
             )
-            if self.blocking_sends:  # DeepSpeed's PipelineEngine: p2p.send is blocking
-                self.b.wait(h)
         if self.fsdp is not None:
             self.fsdp.post_forward(self._fsdp_root())
         if self.sharder is not None:
@@ -470,7 +480,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.fsdp.pre_backward(self._fsdp_root())
         if c.last:
             self.head_backward()
-        else:
+        elif not self.external_p2p:
             h = self.sb.recv_on(
                 "recv.grad", "pp", (self.stage + 1) % p, self._p2p_bytes(), "grad", "p2p:grad_in"
             )
@@ -479,12 +489,10 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.block_backward(layer)
         if c.first:
             self.embedding_backward()
-        else:
-            h = self.sb.send_on(
+        elif not self.external_p2p:
+            self.sb.send_on(
                 "send.grad", "pp", (self.stage - 1) % p, self._p2p_bytes(), "grad", "p2p:grad_out"
             )
-            if self.blocking_sends:
-                self.b.wait(h)
         if self.sharder is not None and p == 1:
             self.resident.clear()
             self.sharder.wait_pending()
