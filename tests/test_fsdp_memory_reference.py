@@ -37,7 +37,9 @@ def _setup(cfg: dict):  # type: ignore[no-untyped-def]
         backward_prefetch=cfg["backward_prefetch"],
         forward_prefetch=cfg["forward_prefetch"],
     )
-    setup, _ = hybrid(params, cfg["world"], spec=SPEC, sequences=cfg["world"] * M.batch, mbs=M.batch)
+    setup, _ = hybrid(
+        params, cfg["world"], spec=SPEC, sequences=cfg["world"] * M.batch, mbs=M.batch
+    )
     return setup
 
 
@@ -68,5 +70,10 @@ def test_reference_fixture_is_what_torch_measures_now() -> None:
     """Re-measure the default configuration live (about 10 s: torch, one process)."""
     got = measure(M, RefConfig())
     want = ROWS[0]
-    for key in ("units", "sharded_params_bytes", "optimizer_state_bytes", "peak_unsharded_params_bytes"):
+    for key in (
+        "units",
+        "sharded_params_bytes",
+        "optimizer_state_bytes",
+        "peak_unsharded_params_bytes",
+    ):
         assert got[key] == want[key], key

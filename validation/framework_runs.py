@@ -36,6 +36,10 @@ class RunResult:
 
     @property
     def error_pct(self) -> float:
+        """Predicted speed against published speed (positive: axsim too fast); for an
+        iteration time the speed is its inverse."""
+        if self.metric == "iteration_s":
+            return 100.0 * (self.published / self.predicted - 1.0)
         return 100.0 * (self.predicted - self.published) / self.published
 
 
@@ -72,7 +76,9 @@ def run_one(run: dict[str, Any]) -> RunResult:
     from simulator.config import load_config
 
     seq = load_config(None, _overrides(run)).model.spec().seq_len
-    cfg = load_config(None, [*_overrides(run), f"training.batch_tokens={run['batch_sequences'] * seq}"])
+    cfg = load_config(
+        None, [*_overrides(run), f"training.batch_tokens={run['batch_sequences'] * seq}"]
+    )
     r = simulate(cfg).report
     gpus = run["gpus"]
     pub = run["published"]
@@ -115,7 +121,7 @@ def main() -> None:
         rows.append(res)
         print(
             f"{res.name:32s} {res.metric:24s} pub {res.published:9.2f} pred {res.predicted:9.2f} "
-            f"err {res.error_pct:+6.1f}%  it {res.iteration_s:8.3f}s comp {res.compute_s:8.3f} "
+            f"speed err {res.error_pct:+6.1f}%  it {res.iteration_s:8.3f}s comp {res.compute_s:8.3f} "
             f"exp {res.exposed_comm_s:7.3f}  mem {res.memory_lower_GB:5.1f}-{res.memory_GB:5.1f}/"
             f"{res.capacity_GB:.0f} GB {res.verdict}",
             flush=True,

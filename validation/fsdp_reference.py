@@ -116,7 +116,9 @@ def measure(model: RefModel, cfg: RefConfig) -> dict[str, Any]:
         torch.manual_seed(0)
         net, block = _torch_model(model)
         reduce = torch.float32 if cfg.reduce_dtype == "fp32" else torch.bfloat16
-        prefetch = None if cfg.backward_prefetch == "NONE" else BackwardPrefetch[cfg.backward_prefetch]
+        prefetch = (
+            None if cfg.backward_prefetch == "NONE" else BackwardPrefetch[cfg.backward_prefetch]
+        )
         fsdp = Fsdp(
             net,
             auto_wrap_policy=ModuleWrapPolicy({block}),
@@ -144,7 +146,9 @@ def measure(model: RefModel, cfg: RefConfig) -> dict[str, Any]:
             peaks["unsharded_grads"] = max(peaks["unsharded_grads"], grads)
 
         class Sampler(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            def __torch_dispatch__(
+                self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+            ) -> Any:
                 out = func(*args, **(kwargs or {}))
                 sample()
                 return out

@@ -309,9 +309,7 @@ def build_report(
         percent_of_advertised_peak=100.0 * per_gpu / gpu.peak_flops,
         percent_of_empirical_peak=None if emp is None else 100.0 * per_gpu / emp,
         memory_per_gpu_bytes=mem_total,
-        memory_breakdown_bytes={
-            k: float(v) for k, v in memory.items() if k not in NOT_CATEGORIES
-        },
+        memory_breakdown_bytes={k: float(v) for k, v in memory.items() if k not in NOT_CATEGORIES},
         memory_capacity_bytes=gpu.memory_bytes,
         fits_in_memory=verdict.verdict != "does-not-fit",
         grid=dict(grid),

@@ -57,7 +57,8 @@ FP32 = 4
 
 def predivide_factor(world: int) -> int:
     """FSDP1's gradient pre-divide factor (_init_utils._get_gradient_predivide_factor):
-    the largest power of two f dividing `world` with world / f > f... grown from 1."""
+    from 1, doubled while it divides `world` and world / factor > factor (so about
+    sqrt(world); 4 for a world of 6)."""
     factor = 1
     while world % factor == 0 and world / factor > factor:
         factor *= 2

@@ -170,7 +170,10 @@ def _emit_deepspeed_pipeline(e: StageEmitter, setup: HybridSetup) -> None:
     k = 0
     while k < len(steps):
         pair = steps[k : k + 2]
-        key = tuple((st.kind, st.send_grad >= 0, st.recv_act >= 0, st.recv_grad >= 0, st.send_act >= 0) for st in pair)
+        key = tuple(
+            (st.kind, st.send_grad >= 0, st.recv_act >= 0, st.recv_grad >= 0, st.send_act >= 0)
+            for st in pair
+        )
         regular = all(st.kind != "B" or st.mb != e.last_index for st in pair)
         start = len(e.b.ops)
         e.b.begin_segment(f"ds:{key}")
@@ -201,7 +204,10 @@ def _emit_deepspeed_pipeline(e: StageEmitter, setup: HybridSetup) -> None:
 
 def _same_pair(steps: list[Step], at: int, key: tuple[object, ...], last: int) -> bool:
     pair = steps[at : at + 2]
-    got = tuple((st.kind, st.send_grad >= 0, st.recv_act >= 0, st.recv_grad >= 0, st.send_act >= 0) for st in pair)
+    got = tuple(
+        (st.kind, st.send_grad >= 0, st.recv_act >= 0, st.recv_grad >= 0, st.send_act >= 0)
+        for st in pair
+    )
     return got == key and all(st.kind != "B" or st.mb != last for st in pair)
 
 
