@@ -11,19 +11,21 @@ from tests.strategy_helpers import SPEC, hybrid
 from topologies.hardware import gpu_spec
 from workloads.hybrid.memory import hybrid_memory
 from workloads.hybrid.params import MegatronParallel, ShardedParallel
-from workloads.memory import RUNTIME_RESERVE_LOW_BYTES, MemoryBreakdown, logit_bytes_per_elem
-
-
-def _mem(activations: float) -> dict[str, float]:
-    return MemoryBreakdown(10e9, 10e9, 10e9, 1e9, activations, 1e9, 2e9).as_dict()
+from workloads.memory import (
+    RUNTIME_RESERVE_LOW_BYTES,
+    MemoryBreakdown,
+    logit_bytes_per_elem,
+    lower_bound,
+)
 
 
 def test_the_verdict_is_a_band() -> None:
     m = MemoryBreakdown(10e9, 10e9, 10e9, 1e9, 40e9, 1e9, 2e9)
     d = m.as_dict()
-    assert d["lower"] == pytest.approx(
+    assert lower_bound(d) == pytest.approx(
         m.total - m.fragmentation - (2e9 - RUNTIME_RESERVE_LOW_BYTES)
     )
+    assert m.lower == pytest.approx(lower_bound(d))
     assert memory_verdict(d, m.total).verdict == "fits"
     assert memory_verdict(d, (m.total + m.lower) / 2).verdict == "uncertain"
     v = memory_verdict(d, m.lower - 1)

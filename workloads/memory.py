@@ -46,6 +46,14 @@ def optimizer_bytes_per_param(optimizer: str, dtype_bytes: int) -> float:
     return master + (8.0 if optimizer == "adam" else 0.0)
 
 
+def lower_bound(memory: dict[str, float]) -> float:
+    """MemoryBreakdown.lower from its `as_dict()` (the categories, fragmentation, total)."""
+    total = float(memory.get("total", 0.0))
+    reserve = float(memory.get("runtime_reserve", 0.0))
+    low = min(reserve, RUNTIME_RESERVE_LOW_BYTES)
+    return total - float(memory.get("fragmentation", 0.0)) - (reserve - low)
+
+
 def logit_bytes_per_elem(cross_entropy: str, dtype_bytes: int) -> float:
     """Peak bytes per element of the logits for a loss kernel (CROSS_ENTROPY_EXTRA_BYTES)."""
     return dtype_bytes + CROSS_ENTROPY_EXTRA_BYTES.get(cross_entropy, LOGIT_BYTES_PER_ELEM_EXTRA)
@@ -85,11 +93,11 @@ class MemoryBreakdown:
         return self.total - self.fragmentation - (self.runtime_reserve - reserve)
 
     def as_dict(self) -> dict[str, float]:
-        """Every category, fragmentation, `total` (upper) and `lower` (not categories)."""
+        """Every category, fragmentation and `total` (the upper estimate); `lower_bound`
+        recovers the lower one from it."""
         d = asdict(self)
         d["fragmentation"] = self.fragmentation
         d["total"] = self.total
-        d["lower"] = self.lower
         return d
 
 

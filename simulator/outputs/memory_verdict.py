@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-NOT_CATEGORIES = ("total", "lower")
+from workloads.memory import lower_bound
+
+NOT_CATEGORIES = ("total",)
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class MemoryVerdict:
 def memory_verdict(memory: dict[str, float], capacity: float, top: int = 3) -> MemoryVerdict:
     """Judge a memory breakdown (workloads.memory.MemoryBreakdown.as_dict) against a GPU."""
     total = float(memory.get("total", 0.0))
-    lower = float(memory.get("lower", total))
+    lower = lower_bound(memory)
     if total <= capacity:
         verdict = "fits"
     elif lower <= capacity:

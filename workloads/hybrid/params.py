@@ -120,7 +120,9 @@ class ShardedParallel(FsdpOptions):
     @model_validator(mode="after")
     def _framework_options(self) -> ShardedParallel:
         if self.strategy == "zero3":
-            given = [f for f in FSDP_OPTION_FIELDS if f in self.model_fields_set]
+            # set to a value of their own (a dumped config carries the defaults back)
+            defaults = {f: type(self).model_fields[f].default for f in FSDP_OPTION_FIELDS}
+            given = [f for f in FSDP_OPTION_FIELDS if getattr(self, f) != defaults[f]]
             if given or self.backward_prefetch in ("BACKWARD_POST", "NONE", "BACKWARD_PRE"):
                 name = given[0] if given else "backward_prefetch"
                 raise ValueError(
