@@ -211,6 +211,15 @@ class TrainingConfig(UserModel):
         description="Fused flash attention; false = Megatron's unfused path (QK^T, softmax, "
         "dropout and PV kernels over the full s x s scores, which are also stored).",
     )
+    cross_entropy: Literal["eager", "fused", "vocab-parallel"] | None = Field(
+        default=None,
+        description="The loss kernel, which sets the logits' memory: eager (PyTorch "
+        "F.cross_entropy on fp32 logits: 14 bytes per logit at its peak), fused (a fused "
+        "kernel writing the gradient in place into the bf16 logits, e.g. flash-attn's or "
+        "llm-foundry's fused_crossentropy: 2), vocab-parallel (Megatron's in-place fp32 "
+        "softmax: 6). None: the strategy's framework (Megatron and DeepSpeed: "
+        "vocab-parallel; others: eager).",
+    )
 
 
 class EngineConfig(UserModel):

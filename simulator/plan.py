@@ -42,6 +42,7 @@ def training_setup(config: ExperimentConfig) -> TrainingSetup:
         t.optimizer,
         t.flash_attention,
         compress_microbatches=config.engine.steady_state and config.engine.virtual_microbatches,
+        cross_entropy=t.cross_entropy,
     )
 
 

@@ -39,7 +39,9 @@ def test_megatron_ddp_memory_by_hand() -> None:
         + 4 * tokens * 8 // 2  # fp32 log-sum-exp per local head
     )
     assert mem.activations == pytest.approx(stored + edges + one_block)  # + block in backward
-    assert mem.logits == tokens * (V // 2) * (2 + 12)
+    # Megatron's vocab-parallel cross entropy: bf16 logits + one fp32 buffer (softmax and
+    # its gradient in place)
+    assert mem.logits == tokens * (V // 2) * (2 + 4)
 
 
 def test_distributed_optimizer_shards_the_optimizer_only() -> None:
@@ -51,15 +53,22 @@ def test_distributed_optimizer_shards_the_optimizer_only() -> None:
 
 
 def test_fsdp_memory_by_hand() -> None:
+    """FSDP1 FULL_SHARD, bf16 compute, reduce in bf16, BACKWARD_PRE (the defaults)."""
     setup, _ = hybrid(ShardedParallel(strategy="fsdp", shard=4), 4)
     unit = 64 * 192 + 192 + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64 + 4 * 64
     root = V * H + S * H + 2 * H
     held = (L * unit + root) / 4
     mem = hybrid_memory(SPEC, setup)
-    assert mem.weights == pytest.approx(2 * held)
-    assert mem.gradients == pytest.approx(2 * held + 2 * unit)  # + one unsharded unit
-    assert mem.optimizer == pytest.approx(12 * held)
-    assert mem.gathered_weights == pytest.approx(2 * (2 * unit + root))  # current + prefetch
+    assert mem.weights == pytest.approx(4 * held)  # the fp32 sharded flat parameters
+    assert mem.optimizer == pytest.approx(8 * held)  # Adam's moments (the master is the shard)
+    # the fp32 sharded gradient + the unit's bf16 gradient, the previous unit's reduce
+    # input in flight, and the root's gradient held through the backward
+    assert mem.gradients == pytest.approx(4 * held + 2 * unit + 2 * unit + 2 * root)
+    # the root (not resharded after forward), the unit computing, the one gathered and the
+    # one whose free event the GPU has not passed (BACKWARD_PRE gathers a unit ahead)
+    assert mem.gathered_weights == pytest.approx(2 * (root + 3 * unit))
+    eager = hybrid_memory(SPEC, setup).logits
+    assert eager == 32 * V * (2 + 12)  # torch's F.cross_entropy on fp32 logits
 
 
 def test_zeropp_hpz_secondary_partition_costs_m_over_node() -> None:

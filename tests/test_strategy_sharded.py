@@ -59,11 +59,15 @@ def test_fsdp_block_units_gather_twice_and_reduce_scatter_once() -> None:
     assert c == Counter({("all-gather", "shard", unit): 2, ("reduce-scatter", "shard", unit): 1})
 
 
-def test_hsdp_all_reduces_the_shard_over_replicas_once() -> None:
+def test_hsdp_all_reduces_the_shard_over_replicas_every_microbatch() -> None:
+    """FSDP's HYBRID_SHARD: its post-backward hook reduce-scatters inside the shard group
+    and all-reduces the shard over the replicas, every backward (_reduce_grad)."""
     setup, g = hybrid(ShardedParallel(strategy="hsdp", shard=4), 8, sequences=16, mbs=1)
     assert (setup.shard, setup.replicate, setup.microbatches) == (4, 2, 2)
     ars = [op for op in collectives(g.programs[0], "L1.") if op.group == "replicate"]
-    assert [(op.kind, op.bytes) for op in ars] == [(K.ALL_REDUCE, block_params(SPEC, 1) * DB / 4)]
+    assert [(op.kind, op.bytes) for op in ars] == [
+        (K.ALL_REDUCE, block_params(SPEC, 1) * DB / 4)
+    ] * 2
     rs = [op for op in collectives(g.programs[0], "L1.") if op.kind is K.REDUCE_SCATTER]
     assert len(rs) == 2  # every microbatch
 

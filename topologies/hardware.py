@@ -56,12 +56,11 @@ def gpu_catalogue() -> dict[str, GpuSpec]:
             display_name=str(d["display_name"]),
             vendor=str(d["vendor"]),
             peak_flops=float(d["peak_tflops"]) * 1e12,
-            # the capacity a job can fill: HBM is sold in binary units (the "40 GB" A100
-            # has 40 GiB), but PyTorch's caching allocator fragments; counting 10^9 bytes
-            # per GB keeps that ~7% headroom on top of the memory model's runtime reserve
-            # (with 2^30 the largest-fitting microbatch of GPT-5B on 512 A100s filled
-            # 39.3 of 40 GiB, which a real run would not survive)
-            memory_bytes=float(d["memory_GB"]) * 1e9,
+            # the capacity a job can fill: the device's measured totalGlobalMem where a
+            # trace shows it (the "80 GB" A100 has 84.99e9 bytes); the memory models
+            # count the caching allocator's fragmentation and the runtime's reserve
+            # themselves (workloads/memory.py), so no headroom hides here
+            memory_bytes=float(d.get("memory_total_bytes") or float(d["memory_GB"]) * 1e9),
             hbm_bandwidth_Bps=float(d["hbm_bandwidth_GBps"]) * 1e9,
             empirical_gemm_flops=None if emp is None else float(emp) * 1e12,
             sm_count=int(d["sm_count"]),
@@ -82,14 +81,13 @@ def gpu_spec(name: str) -> GpuSpec:
 
 
 MEMORY_MATCH = 0.10
-"""Relative tolerance between a device's totalGlobalMem (GiB) and a catalogue memory_GB:
-the catalogue counts usable 10^9-byte GB while devices report bytes, whose GiB figure sits
-1-3% below the marketed size (40 GB A100: 39.4 GiB; 80 GB: 79.2 GiB; MI300X: 191.5 GiB)."""
+"""Relative tolerance between a device's totalGlobalMem and a catalogue capacity (its
+measured totalGlobalMem, or memory_GB x 10^9, which sits up to 7% below the bytes a
+device of that marketed size reports: 80 GB A100: 84.99e9; MI300X: 205.6e9)."""
 
 
 def _memory_matches(spec: GpuSpec, memory_bytes: float) -> bool:
-    reported_gib = memory_bytes / 2**30
-    return abs(reported_gib - spec.memory_bytes / 1e9) <= MEMORY_MATCH * spec.memory_bytes / 1e9
+    return abs(memory_bytes - spec.memory_bytes) <= MEMORY_MATCH * spec.memory_bytes
 
 
 def _by_name(device_name: str, specs: list[GpuSpec]) -> GpuSpec | None:

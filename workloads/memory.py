@@ -15,10 +15,25 @@ from dataclasses import asdict, dataclass
 
 from workloads.transformer import BlockShape
 
-RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption)
+RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption; the upper bound)
+# The least of it: a CUDA context with PyTorch's kernels loaded and the cuBLAS workspace
+# (about 0.5 GB on A100/H100 processes, nvidia-smi's per-process figure before the first
+# allocation; assumption), NCCL's channel buffers (NCCL_BUFFSIZE 4 MiB per channel and
+# protocol) being what grows with the communicators a strategy opens.
+RUNTIME_RESERVE_LOW_BYTES = 0.5e9
 LOGIT_BYTES_PER_ELEM_EXTRA = (
     12  # fp32 upcast, fp32 softmax and its fp32 gradient beside bf16 logits
 )
+# Peak bytes per logit element beyond the bf16 logits, by loss kernel:
+# - eager: F.cross_entropy(logits.float()): the fp32 copy and log_softmax's saved fp32
+#   output in forward, in backward the saved output, the incoming gradient and
+#   log_softmax's gradient, all fp32 (12);
+# - fused: a fused kernel that writes the gradient into the logits in place (flash-attn's
+#   CrossEntropyLoss with inplace_backward, llm-foundry's fused_crossentropy): an fp32
+#   log-sum-exp per token only (0);
+# - vocab-parallel: Megatron's vocab_parallel_cross_entropy: one fp32 buffer (the logits
+#   cast, turned into the softmax in place and into the gradient in place) (4).
+CROSS_ENTROPY_EXTRA_BYTES = {"eager": 12.0, "fused": 0.0, "vocab-parallel": 4.0}
 FRAGMENTATION_FRACTION = 0.10  # caching-allocator slack on short-lived tensors (assumption)
 
 
@@ -29,6 +44,19 @@ def optimizer_bytes_per_param(optimizer: str, dtype_bytes: int) -> float:
     SGD 0 (ZeRO paper, Rajbhandari et al. 2020, Sec. 3.1: K = 12 for mixed-precision Adam)."""
     master = 4.0 if dtype_bytes < 4 else 0.0
     return master + (8.0 if optimizer == "adam" else 0.0)
+
+
+def lower_bound(memory: dict[str, float]) -> float:
+    """MemoryBreakdown.lower from its `as_dict()` (the categories, fragmentation, total)."""
+    total = float(memory.get("total", 0.0))
+    reserve = float(memory.get("runtime_reserve", 0.0))
+    low = min(reserve, RUNTIME_RESERVE_LOW_BYTES)
+    return total - float(memory.get("fragmentation", 0.0)) - (reserve - low)
+
+
+def logit_bytes_per_elem(cross_entropy: str, dtype_bytes: int) -> float:
+    """Peak bytes per element of the logits for a loss kernel (CROSS_ENTROPY_EXTRA_BYTES)."""
+    return dtype_bytes + CROSS_ENTROPY_EXTRA_BYTES.get(cross_entropy, LOGIT_BYTES_PER_ELEM_EXTRA)
 
 
 @dataclass(frozen=True)
@@ -42,6 +70,7 @@ class MemoryBreakdown:
     activations: float
     logits: float
     runtime_reserve: float
+    buffers: float = 0.0  # framework buffers: gradient buckets, reduction inputs
 
     @property
     def fragmentation(self) -> float:
@@ -52,9 +81,20 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> float:
+        """The estimate a configuration is chosen by (every term at its upper end)."""
         return sum(asdict(self).values()) + self.fragmentation
 
+    @property
+    def lower(self) -> float:
+        """The least this memory can be: no fragmentation, the smallest runtime reserve.
+        A configuration whose lower bound exceeds the GPU certainly does not fit; between
+        the bounds the verdict is uncertain (the report gives the margin and the terms)."""
+        reserve = min(self.runtime_reserve, RUNTIME_RESERVE_LOW_BYTES)
+        return self.total - self.fragmentation - (self.runtime_reserve - reserve)
+
     def as_dict(self) -> dict[str, float]:
+        """Every category, fragmentation and `total` (the upper estimate); `lower_bound`
+        recovers the lower one from it."""
         d = asdict(self)
         d["fragmentation"] = self.fragmentation
         d["total"] = self.total

@@ -20,6 +20,8 @@ class TrainingSetup:
     optimizer: str = "adam"
     flash_attention: bool = True
     compress_microbatches: bool = True  # represent identical middle microbatches once
+    # the loss kernel (eager, fused, vocab-parallel); None: the framework's own
+    cross_entropy: str | None = None
 
 
 @dataclass(frozen=True)

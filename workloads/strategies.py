@@ -9,6 +9,7 @@ workload builder. `ParallelConfig` is the union the experiment config validates 
 | megatron | workloads/hybrid/params.py | workloads/hybrid/ (TP x PP x DP) |
 | zero3, fsdp, hsdp | workloads/hybrid/params.py | workloads/hybrid/ (sharded data axis) |
 | zeropp, zeropp-hier | workloads/hybrid/params.py | workloads/hybrid/ (ZeRO++ levels) |
+| deepspeed | workloads/hybrid/deepspeed_params.py | workloads/hybrid/ (ZeRO 0-3, pipeline engine) |
 | fsdp-tp, fsdp-pp | workloads/hybrid/params.py | workloads/hybrid/ |
 | optimus | workloads/optimus/params.py | workloads/optimus/ (SUMMA 2D) |
 
@@ -21,6 +22,7 @@ send/recv time is reported under its own key 'pp'):
 | megatron | tp -> x, dp -> data, embed -> data, amax (FP8) -> data, pp -> pp, cp -> cp |
 | zero3, fsdp, hsdp | shard -> z, replicate -> data, dp -> data |
 | zeropp, zeropp-hier | shard, zpair, zpair_x, znode, znode_x, zinter -> z; dp -> data |
+| deepspeed | tp -> x, dp -> data (stage 3: shard and dp -> z), pp -> pp, embed -> data |
 | fsdp-tp | tp -> x, shard -> z, replicate -> data, dp -> data |
 | fsdp-pp | shard -> z, replicate -> data, dp -> data, embed -> data, pp -> pp |
 | optimus | row -> x, col -> y, dp -> data |
@@ -31,6 +33,7 @@ from __future__ import annotations
 from workloads.axonn.params import AxonnParallel
 from workloads.errors import WorkloadError
 from workloads.hybrid.params import (
+    DeepSpeedParallel,
     FsdpPpParallel,
     FsdpTpParallel,
     MegatronParallel,
@@ -45,6 +48,7 @@ ParallelConfig = (
     AxonnParallel
     | MegatronParallel
     | ShardedParallel
+    | DeepSpeedParallel
     | ZeroppParallel
     | ZeroppHierParallel
     | FsdpTpParallel
@@ -58,6 +62,7 @@ STRATEGY_NAMES: tuple[str, ...] = (
     "zero3",
     "fsdp",
     "hsdp",
+    "deepspeed",
     "zeropp",
     "zeropp-hier",
     "fsdp-tp",
@@ -99,6 +104,8 @@ def _hybrid_degrees(params: ParallelConfig, gpus: int) -> dict[str, int]:
     cp = 1
     if isinstance(params, MegatronParallel):
         pp, cp = params.pipeline_size or 1, params.cp
+    if isinstance(params, DeepSpeedParallel):
+        pp = params.pipeline_size or 1
     if gpus % (tp * pp * cp):
         what = (
             f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}"

@@ -10,6 +10,7 @@ import click
 from simulator.commands.params import ENGINE_HELP, calibration_option, network_option
 from simulator.config import ExperimentConfig, load_config
 from simulator.errors import ConfigError
+from simulator.outputs.memory_verdict import MemoryVerdict, describe
 from workloads.axonn.params import Grid
 from workloads.strategies import STRATEGY_NAMES
 
@@ -147,7 +148,9 @@ def register(app: click.Group) -> None:
     @click.option(
         "--strict-memory",
         is_flag=True,
-        help="Exit with code 3 if the configuration does not fit in GPU memory.",
+        help="Exit with code 3 if the configuration certainly does not fit in GPU memory "
+        "(even the memory model's lower estimate exceeds it; an uncertain fit only warns, "
+        "with the margin and the biggest terms).",
     )
     @click.option(
         "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
@@ -216,11 +219,14 @@ def register(app: click.Group) -> None:
                     + (", chakra/" if chakra else "")
                     + ")"
                 )
-        if not report.fits_in_memory:
-            print(
-                f"axsim: warning: needs {report.memory_per_gpu_bytes / 1e9:.1f} GB per GPU, "
-                f"more than the {report.memory_capacity_bytes / 1e9:.0f} GB of a {report.gpu}",
-                file=sys.stderr,
+        if report.memory_verdict != "fits":
+            verdict = MemoryVerdict(
+                report.memory_verdict,
+                report.memory_margin_bytes,
+                report.memory_lower_bytes,
+                report.memory_top_terms,
             )
-            if strict_memory:
+            line = describe(verdict, report.memory_capacity_bytes, report.gpu)
+            print(f"axsim: warning: {line}", file=sys.stderr)
+            if strict_memory and not report.fits_in_memory:
                 raise SystemExit(3)

@@ -71,7 +71,10 @@ def render_report(report: Report, console: Console | None = None) -> None:
     summary.add_row(
         "efficiency", f"{report.percent_of_advertised_peak:.1f}% of advertised peak{emp}"
     )
-    fit = "[green]fits[/]" if report.fits_in_memory else "[bold red]DOES NOT FIT[/]"
+    fit = {
+        "fits": "[green]fits[/]",
+        "uncertain": f"[yellow]may not fit: {format_bytes(report.memory_lower_bytes)} at least[/]",
+    }.get(report.memory_verdict, "[bold red]DOES NOT FIT[/]")
     summary.add_row(
         "memory per GPU",
         f"{format_bytes(report.memory_per_gpu_bytes)} of {format_bytes(report.memory_capacity_bytes)} ({fit})",

@@ -39,6 +39,7 @@ from simulator.config import ModelConfig
 from simulator.engine.core import EngineResult
 from simulator.engine.ranks import Warp
 from simulator.outputs.analysis import RankBreakdown, with_skipped_periods
+from simulator.outputs.memory_verdict import NOT_CATEGORIES, memory_verdict
 from simulator.outputs.timeline import Timeline
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
@@ -141,6 +142,13 @@ class Report:
     model_overrides: dict[str, object] = field(default_factory=dict)
     model_custom: bool = False
     kernel_terms: dict[str, object] = field(default_factory=dict)
+    # the memory verdict with the model's uncertainty (simulator/outputs/memory_verdict.py):
+    # "fits" / "uncertain" / "does-not-fit"; the lower estimate; capacity - upper estimate;
+    # the largest categories
+    memory_verdict: str = "fits"
+    memory_lower_bytes: float = 0.0
+    memory_margin_bytes: float = 0.0
+    memory_top_terms: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         """The `--json` object: every field, `memory_per_gpu_GB`, and the versions."""
@@ -285,6 +293,7 @@ def build_report(
     per_gpu = flops_rate / gpus if gpus else 0.0
     emp = gpu.empirical_gemm_flops
     mem_total = float(memory.get("total", 0.0))
+    verdict = memory_verdict(memory, gpu.memory_bytes)
     return Report(
         iteration_time_s=t,
         compute_time_s=bd.compute_s,
@@ -300,9 +309,9 @@ def build_report(
         percent_of_advertised_peak=100.0 * per_gpu / gpu.peak_flops,
         percent_of_empirical_peak=None if emp is None else 100.0 * per_gpu / emp,
         memory_per_gpu_bytes=mem_total,
-        memory_breakdown_bytes={k: float(v) for k, v in memory.items() if k != "total"},
+        memory_breakdown_bytes={k: float(v) for k, v in memory.items() if k not in NOT_CATEGORIES},
         memory_capacity_bytes=gpu.memory_bytes,
-        fits_in_memory=mem_total <= gpu.memory_bytes,
+        fits_in_memory=verdict.verdict != "does-not-fit",
         grid=dict(grid),
         parameters=dict(parameters),
         strategy=strategy,
@@ -329,4 +338,8 @@ def build_report(
         model_overrides=overrides,
         model_custom=bool(overrides),
         kernel_terms=dict(kernel_terms or {}),
+        memory_verdict=verdict.verdict,
+        memory_lower_bytes=verdict.lower_bytes,
+        memory_margin_bytes=verdict.margin_bytes,
+        memory_top_terms=verdict.top_terms,
     )

@@ -208,7 +208,17 @@ def _optimus_plan(
 
 STRATEGY_PLAN_BUILDERS: dict[str, PlanBuilder] = {
     **dict.fromkeys(
-        ("megatron", "zero3", "fsdp", "hsdp", "zeropp", "zeropp-hier", "fsdp-tp", "fsdp-pp"),
+        (
+            "megatron",
+            "zero3",
+            "fsdp",
+            "hsdp",
+            "deepspeed",
+            "zeropp",
+            "zeropp-hier",
+            "fsdp-tp",
+            "fsdp-pp",
+        ),
         _hybrid_plan,
     ),
     "optimus": _optimus_plan,

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from workloads.errors import WorkloadError
 from workloads.hybrid.context import check_context_parallel
+from workloads.hybrid.frameworks import DeepSpeedRuntime
 from workloads.hybrid.memory import hybrid_memory
 from workloads.hybrid.params import (
+    DeepSpeedParallel,
     FsdpPpParallel,
     FsdpTpParallel,
     HybridParallel,
@@ -22,6 +24,7 @@ from workloads.hybrid.params import (
     ZeroppHierParallel,
     ZeroppParallel,
 )
+from workloads.hybrid.resolve_frameworks import deepspeed_runtime, fsdp_runtime, hpz_level
 from workloads.hybrid.setup import (
     HybridSetup,
     Recompute,
@@ -53,14 +56,28 @@ def resolve_recompute(params: HybridParallel, training: TrainingSetup) -> Recomp
     return "full" if training.activation_checkpointing else "none"
 
 
-def sharding_of(params: HybridParallel) -> ShardingSetup:
-    """The data axis' sharding behaviour implied by the parameters."""
+def sharding_of(
+    params: HybridParallel, dtype_bytes: int = 2, gpus_per_node: int = 8
+) -> ShardingSetup:
+    """The data axis' sharding behaviour implied by the parameters (`dtype_bytes`: the
+    model's compute dtype, which FSDP's mixed precision gathers in)."""
     if isinstance(params, MegatronParallel):
         return ShardingSetup()
-    fwd, bwd = params.forward_prefetch, params.backward_prefetch
+    if isinstance(params, DeepSpeedParallel):
+        return _deepspeed_sharding(params, gpus_per_node)
     if isinstance(params, ShardedParallel):
-        gran = params.granularity or ("linear" if params.strategy == "zero3" else "block")
-        return ShardingSetup(granularity=gran, forward_prefetch=fwd, backward_prefetch=bwd)
+        if params.strategy == "zero3":
+            gran = params.granularity or "linear"
+            fwd, bwd = params.forward_prefetch, params.backward_prefetch
+            return ShardingSetup(
+                granularity=gran,
+                forward_prefetch=True if fwd is None else fwd,
+                backward_prefetch=True if bwd is None else bool(bwd),
+            )
+        return _fsdp_sharding(params, params.granularity or "block", dtype_bytes, 1)
+    if isinstance(params, FsdpTpParallel):
+        return _fsdp_sharding(params, "block", dtype_bytes, 2)
+    fwd, bwd = params.forward_prefetch, params.backward_prefetch
     if isinstance(params, ZeroppParallel):
         return ShardingSetup(
             granularity=params.granularity,
@@ -82,15 +99,39 @@ def sharding_of(params: HybridParallel) -> ShardingSetup:
             qwz=params.qwz,
             qgz=params.qgz,
         )
-    if isinstance(params, FsdpPpParallel):
-        again = params.reshard_after_forward
-        return ShardingSetup(
-            forward_prefetch=fwd,
-            backward_prefetch=bwd,
-            reshard_after_forward=again,
-            sync_every_microbatch=again,
-        )
-    return ShardingSetup(forward_prefetch=fwd, backward_prefetch=bwd)
+    again = params.reshard_after_forward
+    return ShardingSetup(
+        forward_prefetch=fwd,
+        backward_prefetch=bwd,
+        reshard_after_forward=again,
+        sync_every_microbatch=again,
+    )
+
+
+def _fsdp_sharding(
+    params: ShardedParallel | FsdpTpParallel, gran: str, dtype_bytes: int, version: int
+) -> ShardingSetup:
+    rt = fsdp_runtime(params, dtype_bytes, version)
+    return ShardingSetup(
+        granularity=gran,  # type: ignore[arg-type]
+        forward_prefetch=rt.forward_prefetch,
+        backward_prefetch=rt.backward_prefetch != "none",
+        reshard_after_forward=rt.reshard_after_forward,
+        fsdp=rt,
+    )
+
+
+def _deepspeed_sharding(params: DeepSpeedParallel, gpus_per_node: int) -> ShardingSetup:
+    """ZeRO-3 as DeepSpeed runs it: per-module fetches (linear granularity), with ZeRO++'s
+    options (hpZ secondary partition, qwZ, qgZ) at their DeepSpeed names."""
+    hpz = hpz_level(params, gpus_per_node)
+    return ShardingSetup(
+        granularity="linear",
+        backward_level=hpz,  # type: ignore[arg-type]
+        gradient_level="node" if params.zero_quantized_gradients else "global",
+        qwz=params.zero_quantized_weights,
+        qgz=params.zero_quantized_gradients,
+    )
 
 
 def tp_overlap_of(params: HybridParallel) -> TpOverlapSetup | None:
@@ -127,7 +168,11 @@ def _tp_options(spec: TransformerSpec, params: HybridParallel, cluster: ClusterS
 
 
 def _pp_options(spec: TransformerSpec, params: HybridParallel) -> list[int]:
-    given = params.pipeline_size if isinstance(params, MegatronParallel) else params_pp(params)
+    given = (
+        params.pipeline_size
+        if isinstance(params, MegatronParallel | DeepSpeedParallel)
+        else params_pp(params)
+    )
     if given is not None:
         return [given]
     if not isinstance(params, MegatronParallel | FsdpPpParallel):
@@ -158,8 +203,10 @@ def _shard_default(params: HybridParallel, cluster: ClusterShape, dp: int) -> in
     shard = getattr(params, "shard", None)
     if shard is not None:
         return shard
-    if params.strategy == "hsdp":
+    if getattr(params, "hybrid_sharding", False):
         return min(cluster.gpus_per_node, dp)
+    if getattr(params, "sharding_strategy", None) == "NO_SHARD":
+        return 1
     return dp
 
 
@@ -197,8 +244,12 @@ def build_setup(
         raise WorkloadError(f"parallel: {what} does not divide the {cluster.gpus} GPUs")
     dp = cluster.gpus // (tp * pp * cp)
     data_mode = "sharded"
+    ds = None
     if isinstance(params, MegatronParallel):
         data_mode = "distopt" if params.distributed_optimizer else "ddp"
+    elif isinstance(params, DeepSpeedParallel):
+        ds = deepspeed_runtime(params, spec.dtype, spec.dtype_bytes)
+        data_mode = "sharded" if params.zero_stage == 3 else "deepspeed"
     shard = 1 if data_mode != "sharded" else _shard_default(params, cluster, dp)
     if dp % shard:
         raise WorkloadError(f"parallel.shard={shard} does not divide the {dp} data-parallel GPUs")
@@ -230,20 +281,44 @@ def build_setup(
         microbatches=per_replica // microbatch_sequences,
         recompute=resolve_recompute(params, training),
         data_mode=data_mode,  # type: ignore[arg-type]
-        sharding=sharding_of(params),
+        sharding=sharding_of(params, spec.dtype_bytes, cluster.gpus_per_node),
         bucket_elems=meg.bucket_size or max(DEFAULT_BUCKET_ELEMS, 1_000_000 * dp * cp),
         overlap_grad_reduce=meg.overlap_grad_reduce,
         overlap_param_gather=meg.overlap_param_gather,
-        grad_reduce_bytes=4 if data_mode != "sharded" and meg.grad_reduce_in_fp32 else 2,
+        grad_reduce_bytes=_grad_reduce_bytes(params, data_mode, ds),
         optimizer=training.optimizer,
         flash_attention=training.flash_attention,
         compress_microbatches=training.compress_microbatches,
         gpus_per_node=cluster.gpus_per_node,
         fp8=spec.fp8,
         tp_overlap=tp_overlap_of(params),
+        deepspeed=ds,
+        cross_entropy=training.cross_entropy or default_cross_entropy(params),
     )
     check_setup(spec, setup)
     return setup
+
+
+def _grad_reduce_bytes(params: HybridParallel, data_mode: str, ds: DeepSpeedRuntime | None) -> int:
+    """Bytes per gradient element in the data axis' reductions: Megatron's fp32
+    main_grad (grad_reduce_in_fp32), DeepSpeed's communication dtype, the model dtype for
+    the sharded strategies (FSDP's reduce_dtype is its runtime's)."""
+    if ds is not None:
+        return ds.comm_bytes
+    if data_mode == "sharded":
+        return 2
+    meg = params if isinstance(params, MegatronParallel) else MegatronParallel()
+    return 4 if meg.grad_reduce_in_fp32 else 2
+
+
+def default_cross_entropy(params: HybridParallel) -> str:
+    """The loss kernel a framework runs when training.cross_entropy leaves it open:
+    Megatron-LM and Megatron-DeepSpeed's vocab-parallel cross entropy (fp32 logits,
+    softmax and gradient in place: megatron/core/tensor_parallel/cross_entropy.py),
+    eager PyTorch elsewhere (F.cross_entropy on logits.float(): torchtitan, HF)."""
+    if isinstance(params, MegatronParallel | DeepSpeedParallel):
+        return "vocab-parallel"
+    return "eager"
 
 
 def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
@@ -284,6 +359,13 @@ def check_tp_overlap(setup: HybridSetup, tokens: int) -> None:
             f"parallel.tp_comm_overlap_splits={splits}: {tokens} tokens per microbatch and GPU "
             f"do not split into {splits} chunks of rows divisible by tp={setup.tp}"
         )
+    if setup.fsdp is not None and setup.sharding.granularity == "linear":
+        raise WorkloadError(
+            "parallel.granularity 'linear' is ZeRO-3's per-module fetch; FSDP wraps per "
+            "transformer block ('block') or the whole model ('model')"
+        )
+    if setup.fsdp is not None and setup.pp > 1:
+        raise WorkloadError("parallel: FSDP's runtime options need pp = 1 (use fsdp-pp)")
 
 
 def candidate_setups(

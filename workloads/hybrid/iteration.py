@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from workloads.builder import microbatch_copies
 from workloads.graph import Program
+from workloads.hybrid.deepspeed_pipe import Step, train_schedule
 from workloads.hybrid.program import StageEmitter
 from workloads.hybrid.schedule import Pass, schedule, steady_units
 from workloads.hybrid.setup import HybridSetup
@@ -27,6 +28,8 @@ from workloads.transformer import optimizer_step
 def update_params(e: StageEmitter) -> float:
     """Parameters this rank's optimizer updates."""
     s, total = e.setup, float(e.counts["total"])
+    if s.deepspeed is not None:  # every wrapper but the FP16_Optimizer partitions over dp
+        return total if s.deepspeed.optimizer_path == "fp16_optimizer" else total / s.grad_ranks
     if s.data_mode == "distopt":
         return total / s.grad_ranks
     if not s.sharded:
@@ -65,10 +68,12 @@ def finish_iteration(e: StageEmitter) -> None:
     b.phase = "grad-sync"
     if e.sharder is not None:
         e.sharder.wait_pending()
-        if e.linear_mode:
+        if e.linear_mode and e.zero3 is None:
             small_param_sync(e)
     for bk in e.buckets.values():
         bk.finish()
+    for dsg in e.ds_grads.values():
+        dsg.finish()
     if s.pp > 1 and e.stage in (0, s.pp - 1) and sp.tied_embeddings:
         grad_bytes = e.db if s.sharded else s.grad_reduce_bytes
         shard = s.shard if s.sharded else 1
@@ -91,6 +96,10 @@ def finish_iteration(e: StageEmitter) -> None:
     if s.data_mode == "distopt" and not s.overlap_param_gather:
         for bk in e.buckets.values():
             bk.gather_params()
+    for dsg in e.ds_grads.values():
+        dsg.after_step()
+    if e.zero3 is not None:
+        e.zero3.after_step()
     if e.sharder is not None:
         e.sharder.refresh_forward_partition(
             e.counts["total"] - (e.counts["small"] if e.linear_mode else 0)
@@ -112,6 +121,8 @@ def build_stage_program(spec: TransformerSpec, setup: HybridSetup, stage: int) -
     passes = schedule(setup.pp, emitted, setup.virtual_stages, stage)
     if setup.pp == 1:
         _emit_microbatches(e, passes, copies)
+    elif e.external_p2p:
+        _emit_deepspeed_pipeline(e, setup)
     else:
         _emit_pipeline(e, passes, setup)
     finish_iteration(e)
@@ -136,6 +147,72 @@ def _emit_microbatches(e: StageEmitter, passes: list[Pass], copies: list[int]) -
         e.b.begin_segment("microbatch", copies[pair] if pair < len(copies) else 1)
         _emit_passes(e, passes[i : i + 2])
         e.b.end_segment()
+
+
+def _emit_step(e: StageEmitter, step: Step) -> None:
+    """One TrainSchedule step: its blocking transfers, then its pass."""
+    if step.send_grad >= 0:
+        e.blocking_p2p("send_grad")
+    if step.recv_act >= 0:
+        e.blocking_p2p("recv_act")
+    if step.recv_grad >= 0:
+        e.blocking_p2p("recv_grad")
+    if step.send_act >= 0:
+        e.blocking_p2p("send_act")
+    if step.kind == "F":
+        e.forward_pass(Pass("F", 0, step.mb))
+    elif step.kind == "B":
+        e.backward_pass(Pass("B", 0, step.mb))
+
+
+def _emit_deepspeed_pipeline(e: StageEmitter, setup: HybridSetup) -> None:
+    """DeepSpeed's TrainSchedule, two steps (a forward and a backward) per segment; a
+    segment that repeats the one before it stands for the following ones (as
+    `_emit_pipeline` compresses Megatron's steady units)."""
+    steps = train_schedule(setup.pp, e.last_index + 1, e.stage)
+    prev: tuple[int, int, tuple[object, ...]] | None = None
+    k = 0
+    while k < len(steps):
+        pair = steps[k : k + 2]
+        key = tuple(
+            (st.kind, st.send_grad >= 0, st.recv_act >= 0, st.recv_grad >= 0, st.send_act >= 0)
+            for st in pair
+        )
+        regular = all(st.kind != "B" or st.mb != e.last_index for st in pair)
+        start = len(e.b.ops)
+        e.b.begin_segment(f"ds:{key}")
+        for st in pair:
+            _emit_step(e, st)
+        e.b.end_segment()
+        here = (start, len(e.b.ops) - start, key)
+        k += 2
+        if not regular:
+            prev = None
+            continue
+        if (
+            setup.compress_microbatches
+            and prev is not None
+            and prev[1:] == here[1:]
+            and e.b.repeats(prev[0], here[0], here[1])
+        ):
+            stop = k
+            while stop + 2 <= len(steps) and _same_pair(steps, stop, key, e.last_index):
+                stop += 2
+            if stop > k:
+                e.b.repeat_last_segment(1 + (stop - k) // 2)
+                k = stop
+            prev = None
+            continue
+        prev = here
+
+
+def _same_pair(steps: list[Step], at: int, key: tuple[object, ...], last: int) -> bool:
+    pair = steps[at : at + 2]
+    got = tuple(
+        (st.kind, st.send_grad >= 0, st.recv_act >= 0, st.recv_grad >= 0, st.send_act >= 0)
+        for st in pair
+    )
+    return got == key and all(st.kind != "B" or st.mb != last for st in pair)
 
 
 def _pipeline_items(

@@ -38,6 +38,7 @@ from workloads.activations import (
     recompute_working_bytes,
 )
 from workloads.fp8 import fp8_weight_cache_bytes
+from workloads.hybrid.framework_memory import StateMemory, deepspeed_states, fsdp_states
 from workloads.hybrid.groups import LEVEL_GROUP, group_size
 from workloads.hybrid.schedule import in_flight
 from workloads.hybrid.setup import (
@@ -49,10 +50,10 @@ from workloads.hybrid.setup import (
     stage_param_counts,
 )
 from workloads.memory import (
-    LOGIT_BYTES_PER_ELEM_EXTRA,
     RUNTIME_RESERVE_BYTES,
     MemoryBreakdown,
     largest_fitting,
+    logit_bytes_per_elem,
     optimizer_bytes_per_param,
 )
 from workloads.models import TransformerSpec
@@ -104,7 +105,25 @@ def _edge_activations(spec: TransformerSpec, setup: HybridSetup, first: bool, la
     return out + (2.0 * a.dtype_bytes * rest if last else 0.0)
 
 
+def _framework_states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> StateMemory | None:
+    """The states of PyTorch FSDP's or DeepSpeed's runtime when the setup runs one."""
+    if setup.fsdp is not None:
+        return fsdp_states(spec, setup, setup.fsdp)
+    if setup.deepspeed is not None:
+        return deepspeed_states(spec, setup, setup.deepspeed, stage)
+    return None
+
+
 def _states(spec: TransformerSpec, setup: HybridSetup, stage: int) -> dict[str, float]:
+    framework = _framework_states(spec, setup, stage)
+    if framework is not None:
+        return {
+            "weights": framework.weights,
+            "gradients": framework.gradients,
+            "optimizer": framework.optimizer,
+            "gathered_weights": framework.gathered_weights,
+            "buffers": framework.buffers,
+        }
     counts = stage_param_counts(spec, setup, stage)
     total = float(counts["total"])
     adam = optimizer_bytes_per_param(setup.optimizer, spec.dtype_bytes)
@@ -177,7 +196,7 @@ def stage_memory(spec: TransformerSpec, setup: HybridSetup, stage: int) -> Memor
     logits = 0.0
     if last:
         v_local = logits_linear(spec, setup.tp).n_local
-        logits = tokens * v_local * (db + LOGIT_BYTES_PER_ELEM_EXTRA)
+        logits = tokens * v_local * logit_bytes_per_elem(setup.cross_entropy, db)
     states = _states(spec, setup, stage)
     return MemoryBreakdown(
         weights=states["weights"],
@@ -187,6 +206,7 @@ def stage_memory(spec: TransformerSpec, setup: HybridSetup, stage: int) -> Memor
         activations=live * stored + working,
         logits=logits,
         runtime_reserve=RUNTIME_RESERVE_BYTES,
+        buffers=states.get("buffers", 0.0),
     )
 
 

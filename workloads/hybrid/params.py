@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from topologies.user_model import UserModel
+from workloads.hybrid.deepspeed_params import DeepSpeedParallel
+from workloads.hybrid.fsdp_params import FSDP_OPTION_FIELDS, HYBRID_STRATEGIES, FsdpOptions
 
 PartitionLevel = Literal["pair", "node", "global"]
 
@@ -116,22 +118,57 @@ class MegatronParallel(UserModel):
         return self.pp
 
 
-class ShardedParallel(UserModel):
-    """ZeRO-3 ('zero3'), PyTorch FSDP full sharding ('fsdp') and hybrid sharding
-    ('hsdp': shard inside a group, all-reduce across the groups).
+class ShardedParallel(FsdpOptions):
+    """ZeRO-3 ('zero3'), PyTorch FSDP ('fsdp') and hybrid sharding ('hsdp': FSDP's
+    HYBRID_SHARD, shard inside a group, all-reduce across the groups).
 
-    shard: GPUs per sharding group (None: all GPUs; for hsdp the GPUs of a node).
-    granularity: 'linear' fetches each linear weight on use with biases and LayerNorms
-    replicated (DeepSpeed ZeRO-3), 'block' one flat unit per transformer block (FSDP);
-    None: linear for zero3, block otherwise. Prefetch: the next unit's all-gather is
-    issued when the current one starts (forward and backward).
+    shard: GPUs per sharding group (None: all GPUs; for hybrid sharding the GPUs of a
+    node). granularity: 'linear' fetches each linear weight on use with biases and
+    LayerNorms replicated (DeepSpeed ZeRO-3), 'block' one flat unit per transformer block
+    (FSDP's transformer auto-wrap policy), 'model' one unit for the whole model (FSDP
+    without an auto-wrap policy; fsdp/hsdp only); None: linear for zero3, block otherwise.
+
+    fsdp and hsdp run PyTorch FSDP as configured by its own options
+    (workloads/hybrid/fsdp_params.py: sharding_strategy, reduce_dtype,
+    limit_all_gathers, forward/backward prefetch, fsdp_version). zero3 is the algorithm of
+    the ZeRO paper as AxoNN's Z axis runs it (prefetch: the next unit's all-gather is
+    issued when the current one starts; default on); DeepSpeed's own ZeRO-3 runtime, with
+    its options, is `strategy: deepspeed` with `zero_stage: 3`.
     """
 
     strategy: Literal["zero3", "fsdp", "hsdp"] = "fsdp"
     shard: int | None = Field(default=None, ge=1)
-    granularity: Literal["block", "linear"] | None = None
-    forward_prefetch: bool = True
-    backward_prefetch: bool = True
+    granularity: Literal["block", "linear", "model"] | None = None
+
+    @model_validator(mode="after")
+    def _framework_options(self) -> ShardedParallel:
+        if self.strategy == "zero3":
+            # set to a value of their own (a dumped config carries the defaults back)
+            defaults = {f: type(self).model_fields[f].default for f in FSDP_OPTION_FIELDS}
+            given = [f for f in FSDP_OPTION_FIELDS if getattr(self, f) != defaults[f]]
+            if given or self.backward_prefetch in ("BACKWARD_POST", "NONE", "BACKWARD_PRE"):
+                name = given[0] if given else "backward_prefetch"
+                raise ValueError(
+                    f"parallel.{name} is a PyTorch FSDP option; zero3 takes forward_prefetch "
+                    "/ backward_prefetch as true or false (DeepSpeed's own options: strategy "
+                    "deepspeed)"
+                )
+            if self.granularity == "model":
+                raise ValueError("parallel.granularity 'model' is FSDP's (fsdp or hsdp)")
+            return self
+        if self.strategy == "hsdp" and self.sharding_strategy not in (None, *HYBRID_STRATEGIES):
+            raise ValueError(
+                f"parallel.sharding_strategy={self.sharding_strategy} is not a hybrid "
+                "strategy (hsdp runs HYBRID_SHARD or _HYBRID_SHARD_ZERO2; use fsdp)"
+            )
+        if self.sharding_strategy == "NO_SHARD" and self.shard not in (None, 1):
+            raise ValueError("parallel.shard must be 1 (or unset) with NO_SHARD")
+        return self
+
+    @property
+    def hybrid_sharding(self) -> bool:
+        """HYBRID_SHARD / _HYBRID_SHARD_ZERO2 (hsdp, or fsdp with a hybrid strategy)."""
+        return self.strategy == "hsdp" or self.sharding_strategy in HYBRID_STRATEGIES
 
 
 class ZeroppParallel(UserModel):
@@ -183,17 +220,16 @@ class ZeroppHierParallel(UserModel):
     backward_prefetch: bool = True
 
 
-class FsdpTpParallel(UserModel):
+class FsdpTpParallel(FsdpOptions):
     """FSDP (block units) over the data axis combined with Megatron tensor parallelism of
-    degree `tp` inside a node. shard: GPUs per sharding group along the data axis (None:
-    all of it)."""
+    degree `tp` inside a node (torchtitan's 2D: FSDP2, fsdp_version 2 by default, with
+    FSDP's options). shard: GPUs per sharding group along the data axis (None: all of
+    it)."""
 
     strategy: Literal["fsdp-tp"] = "fsdp-tp"
     tp: int | None = Field(default=None, ge=1)
     sequence_parallel: bool = False
     shard: int | None = Field(default=None, ge=1)
-    forward_prefetch: bool = True
-    backward_prefetch: bool = True
 
 
 class FsdpPpParallel(UserModel):
@@ -220,6 +256,7 @@ class FsdpPpParallel(UserModel):
 HybridParallel = (
     MegatronParallel
     | ShardedParallel
+    | DeepSpeedParallel
     | ZeroppParallel
     | ZeroppHierParallel
     | FsdpTpParallel

@@ -30,6 +30,8 @@ from __future__ import annotations
 from workloads.fp8 import LinearPrecision
 from workloads.hybrid.buckets import GradBuckets
 from workloads.hybrid.context import ContextParallelAttention
+from workloads.hybrid.deepspeed_grads import DeepSpeedGrads
+from workloads.hybrid.fsdp_runtime import FsdpHooks
 from workloads.hybrid.schedule import Pass
 from workloads.hybrid.setup import (
     Chunk,
@@ -45,6 +47,7 @@ from workloads.hybrid.setup import (
 from workloads.hybrid.sharding import Gather, Sharder
 from workloads.hybrid.streams import StreamBuilder
 from workloads.hybrid.tp_overlap import TpOverlap
+from workloads.hybrid.zero3_runtime import Zero3Runtime
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
 from workloads.transformer import LINEAR_NAMES, BlockEmitter
@@ -75,10 +78,24 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.counts = stage_param_counts(spec, setup, stage)
         self.sharder = Sharder(self.sb, setup, self.db) if setup.sharded else None
         self.linear_mode = setup.sharded and setup.sharding.granularity == "linear"
-        self.block_mode = setup.sharded and setup.sharding.granularity == "block"
+        self.fsdp = self._make_fsdp() if setup.fsdp is not None else None
+        self.block_mode = (
+            setup.sharded and setup.sharding.granularity == "block" and self.fsdp is None
+        )
         self.prefetched: dict[str, Gather] = {}
         self.resident: set[str] = set()
-        self.buckets = self._make_buckets() if not setup.sharded and setup.grad_ranks > 1 else {}
+        megatron_dp = setup.data_mode in ("ddp", "distopt") and setup.grad_ranks > 1
+        self.buckets = self._make_buckets() if megatron_dp else {}
+        self.ds_grads = self._make_ds_grads() if setup.data_mode == "deepspeed" else {}
+        ds = setup.deepspeed
+        self.zero3 = (
+            Zero3Runtime(self.sb, self.sharder, spec, setup, ds, self.db)
+            if ds is not None and ds.stage == 3 and self.sharder is not None
+            else None
+        )
+        # DeepSpeed's PipelineEngine moves tensors from its schedule's steps, blocking
+        # (workloads/hybrid/deepspeed_pipe.py), not from the passes
+        self.external_p2p = ds is not None and ds.pipeline
         self.chunk = self.chunks[0]
         self.last_mb = False
         self.last_index = setup.microbatches - 1  # of the microbatches actually emitted
@@ -143,13 +160,64 @@ class StageEmitter(BlockEmitter[TpLinear]):
             )
         return out
 
+    def _backward_units(self, c: Chunk) -> list[tuple[str, float]]:
+        """(unit, parameters) of a chunk in the order its gradients become ready."""
+        units = [("head", float(self.counts["head"]))] if c.last else []
+        units += [
+            (f"L{i}", float(block_params(self.spec, self.t)))
+            for i in reversed(range(c.start, c.stop))
+        ]
+        if c.first:
+            units.append(("embedding", float(self.counts["embedding"])))
+        return [(n, e) for n, e in units if e > 0]
+
+    def _make_ds_grads(self) -> dict[int, DeepSpeedGrads]:
+        ds = self.setup.deepspeed
+        assert ds is not None
+        return {
+            c.index: DeepSpeedGrads(
+                self.sb,
+                ds,
+                self._backward_units(c),
+                self.db,
+                self.setup.grad_ranks,
+                f"chunk{c.index}",
+            )
+            for c in self.chunks
+        }
+
     def _grad_ready(self, unit: str) -> None:
         if self.last_mb and self.buckets:
             self.buckets[self.chunk.index].ready(unit)
+        if self.ds_grads:
+            self.ds_grads[self.chunk.index].ready(unit, self.last_mb)
 
     def _params_needed(self, unit: str) -> None:
         if self.buckets:
             self.buckets[self.chunk.index].wait_params(unit)
+
+    def _make_fsdp(self) -> FsdpHooks:
+        """PyTorch FSDP's units: the root (what no wrapped unit holds) and one per block,
+        or one for the whole model."""
+        rt = self.setup.fsdp
+        assert rt is not None
+        whole = self.setup.sharding.granularity == "model"
+        order = ["model"] if whole else ["root"] + [f"L{i}" for i in range(self.spec.layers)]
+
+        def elems(unit: str) -> float:
+            if unit == "model":
+                return float(self.counts["total"])
+            if unit == "root":
+                return float(self.counts["embedding"] + self.counts["head"])
+            return float(block_params(self.spec, self.t))
+
+        return FsdpHooks(self.sb, self.setup, rt, self.db, order, elems)
+
+    def _fsdp_root(self) -> str:
+        return "model" if self.setup.sharding.granularity == "model" else "root"
+
+    def _fsdp_blocks(self) -> bool:
+        return self.fsdp is not None and self.setup.sharding.granularity == "block"
 
     # ------------------------------------------------------- sharded gathers
     def _acquire(self, unit: str, backward: bool, nxt: str | None) -> None:
@@ -173,6 +241,9 @@ class StageEmitter(BlockEmitter[TpLinear]):
         """Linear-granularity forward gather with AxoNN/DeepSpeed-style prefetch."""
         assert self.sharder is not None
         backward = self.b.phase == "recompute"
+        if self.zero3 is not None:
+            self.zero3.use(tag, backward)
+            return
         if self.setup.sharding.forward_prefetch:
             g = self.prefetched.pop(tag, None)
             if g is None:
@@ -190,6 +261,9 @@ class StageEmitter(BlockEmitter[TpLinear]):
         """Linear-granularity backward gather; with backward prefetch the next linear of
         the block in backward order is fetched while this one computes."""
         assert self.sharder is not None
+        if self.zero3 is not None:
+            self.zero3.use(tag, True)
+            return
         g = self.prefetched.pop(f"{tag}.bwd", None)
         if g is None:
             g = self.sharder.gather(f"{tag}.bwd", lay.weight_elems, True, blocking=False)
@@ -271,7 +345,12 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.b.wait(h)
         if self.linear_mode and not (tag == "logits" and self.shared_output):
             assert self.sharder is not None
-            self.sharder.reduce(tag, lay.weight_elems, self.last_mb, max(lay.k_local, lay.n_local))
+            if self.zero3 is not None:
+                self.zero3.grad_ready(tag, max(lay.k_local, lay.n_local))
+            else:
+                self.sharder.reduce(
+                    tag, lay.weight_elems, self.last_mb, max(lay.k_local, lay.n_local)
+                )
 
     # -------------------------------------------------------------- blocks
     def attention_forward(self, layer: int) -> None:
@@ -287,12 +366,19 @@ class StageEmitter(BlockEmitter[TpLinear]):
             super().attention_backward(layer)
 
     def block_forward(self, layer: int, recompute: bool) -> None:
+        fsdp_unit = not recompute and self._fsdp_blocks()
         if not recompute:
             self._params_needed(f"L{layer}")
             if self.block_mode:
                 nxt = f"L{layer + 1}" if layer + 1 < self.chunk.stop else None
                 self._acquire(f"L{layer}", False, nxt)
+            if fsdp_unit:
+                assert self.fsdp is not None
+                self.fsdp.pre_forward(f"L{layer}")
         super().block_forward(layer, recompute)
+        if fsdp_unit:
+            assert self.fsdp is not None
+            self.fsdp.post_forward(f"L{layer}")
 
     def block_backward(self, layer: int) -> None:
         if self.setup.distribute_saved_activations and self.checkpointing:
@@ -305,10 +391,18 @@ class StageEmitter(BlockEmitter[TpLinear]):
         if self.block_mode:
             nxt = f"L{layer - 1}" if layer - 1 >= self.chunk.start else None
             self._acquire(f"L{layer}", True, nxt)
+        if self._fsdp_blocks():
+            assert self.fsdp is not None
+            self.fsdp.pre_backward(f"L{layer}")
         super().block_backward(layer)
         if self.block_mode:
             assert self.sharder is not None
             self.sharder.reduce(f"L{layer}", block_params(self.spec, self.t), self.last_mb)
+        if self._fsdp_blocks():
+            assert self.fsdp is not None
+            self.fsdp.post_backward(f"L{layer}")
+        if self.zero3 is not None:
+            self.zero3.norms_ready(f"L{layer}")
         self._grad_ready(f"L{layer}")
 
     # ------------------------------------------------------ embedding, head
@@ -316,11 +410,15 @@ class StageEmitter(BlockEmitter[TpLinear]):
         """Vocabulary-parallel embedding lookup (all-reduce, or reduce-scatter with SP)."""
         M, h, db = self.M, self.spec.hidden, self.db
         self._params_needed("embedding")
-        if self.linear_mode:
+        if self.zero3 is not None:
+            self.zero3.use("embedding", False)
+        elif self.linear_mode:
             assert self.sharder is not None
             self.sharder.gather("embedding", self.lg.weight_elems, False, blocking=True)
         if self.block_mode:
             self._acquire(self._root_unit(self.chunk), False, f"L{self.chunk.start}")
+        if self.fsdp is not None:
+            self.fsdp.pre_forward(self._fsdp_root())
         self.elementwise("embedding.fwd", M * h, 2)
         if self.sp:
             self.tp_collective("embedding.rs_tp", K.REDUCE_SCATTER, M * h * db)
@@ -333,12 +431,16 @@ class StageEmitter(BlockEmitter[TpLinear]):
 
     def embedding_backward(self) -> None:
         M, h, db = self.M, self.spec.hidden, self.db
+        if self.zero3 is not None:
+            self.zero3.use("embedding", True)
         if self.spec.embedding_norm:
             self.layernorm_backward("embedding_ln.bwd")
         if self.sp:
             self.tp_collective("embedding.ag_tp.bwd", K.ALL_GATHER, M * h * db)
         self.elementwise("embedding.bwd", M * h, 3)
-        if self.sharder is not None and self.linear_mode:
+        if self.zero3 is not None:
+            self.zero3.grad_ready("embedding", max(self.lg.k_local, self.lg.n_local))
+        elif self.sharder is not None and self.linear_mode:
             # tied: the output layer's gradient joins the embedding's, reduced once here
             unit = "logits" if self.shared_output else "embedding"
             self.sharder.reduce(
@@ -347,6 +449,8 @@ class StageEmitter(BlockEmitter[TpLinear]):
         if self.sharder is not None and self.block_mode:
             unit = self._root_unit(self.chunk)
             self.sharder.reduce(unit, self._unit_elems(unit), self.last_mb)
+        if self.fsdp is not None:
+            self.fsdp.post_backward(self._fsdp_root())
         self._grad_ready("embedding")
 
     def head_forward(self) -> None:
@@ -368,11 +472,23 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.elementwise("logits.bias.bwd", self.M * self.lg.n_local, 1)
         self.linear_backward(self.lg, "logits")
         self.layernorm_backward("final_ln.bwd")
+        if self.zero3 is not None:
+            self.zero3.norms_ready("final")
         if self.sharder is not None and self.block_mode and not self.tied_here:
             self.sharder.reduce("head", self._unit_elems("head"), self.last_mb)
         self._grad_ready("head")
 
     # -------------------------------------------------------------- passes
+    def blocking_p2p(self, what: str) -> None:
+        """One of DeepSpeed's blocking transfers: 'send_act', 'recv_act', 'send_grad',
+        'recv_grad' (p2p.send / p2p.recv: the compute stream waits for it)."""
+        p, s = self.setup.pp, self.stage
+        op, kind = what.split("_")
+        peer = (s + 1) % p if (op, kind) in (("send", "act"), ("recv", "grad")) else (s - 1) % p
+        stream = f"p2p:{kind}_{'out' if op == 'send' else 'in'}"
+        issue = self.sb.send_on if op == "send" else self.sb.recv_on
+        self.b.wait(issue(f"{op}.{kind}", "pp", peer, self._p2p_bytes(), kind, stream))
+
     def _p2p_bytes(self) -> float:
         return self.M * self.spec.hidden * self.db / (self.t if self.sp else 1)
 
@@ -390,7 +506,7 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.b.phase = "fwd"
         if c.first:
             self.embedding_forward()
-        else:
+        elif not self.external_p2p:
             h = self.sb.recv_on(
                 "recv.act", "pp", (self.stage - 1) % p, self._p2p_bytes(), "act", "p2p:act_in"
             )
@@ -400,10 +516,12 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.prec.amax_reduction("fwd", c.stop - c.start, "amax")  # fp8_autocast exit
         if c.last:
             self.head_forward()
-        else:
+        elif not self.external_p2p:
             self.sb.send_on(
                 "send.act", "pp", (self.stage + 1) % p, self._p2p_bytes(), "act", "p2p:act_out"
             )
+        if self.fsdp is not None:
+            self.fsdp.post_forward(self._fsdp_root())
         if self.sharder is not None:
             self.sharder.secondary_filled = True
 
@@ -412,9 +530,11 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self._enter(ps)
         c, p = self.chunk, self.setup.pp
         self.b.phase = "bwd"
+        if self.fsdp is not None:
+            self.fsdp.pre_backward(self._fsdp_root())
         if c.last:
             self.head_backward()
-        else:
+        elif not self.external_p2p:
             h = self.sb.recv_on(
                 "recv.grad", "pp", (self.stage + 1) % p, self._p2p_bytes(), "grad", "p2p:grad_in"
             )
@@ -425,10 +545,16 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.prec.amax_reduction("bwd", c.stop - c.start, "amax")
         if c.first:
             self.embedding_backward()
-        else:
+        elif not self.external_p2p:
             self.sb.send_on(
                 "send.grad", "pp", (self.stage - 1) % p, self._p2p_bytes(), "grad", "p2p:grad_out"
             )
         if self.sharder is not None and p == 1:
             self.resident.clear()
             self.sharder.wait_pending()
+        if self.fsdp is not None:
+            self.fsdp.final_callback()
+        if self.zero3 is not None:
+            self.zero3.backward_done()
+        if self.ds_grads:
+            self.ds_grads[c.index].backward_done(self.last_mb)

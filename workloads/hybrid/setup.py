@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from workloads.errors import WorkloadError
+from workloads.hybrid.frameworks import DeepSpeedRuntime, FsdpRuntime
 from workloads.models import TransformerSpec
 from workloads.transformer import BlockShape
 
-DataMode = Literal["ddp", "distopt", "sharded"]
+DataMode = Literal["ddp", "distopt", "sharded", "deepspeed"]
 Level = Literal["pair", "node", "global"]
 Recompute = Literal["none", "full", "selective"]
 CpComm = Literal["p2p", "all_gather", "a2a"]
@@ -46,9 +47,11 @@ class ShardingSetup:
     one reduce-scatter over the shard group; 'node' = inside the node, then across nodes;
     'pair' = inside the GCD pair, across the node's pairs, across nodes).
     qwz / qgz: int8 forward weights / int4 gradients (ZeRO++).
+    fsdp: PyTorch FSDP's runtime as configured (None: the idealised ZeRO-3/FSDP of the
+    papers: every gather issued after the compute before it, one unit prefetched).
     """
 
-    granularity: Literal["block", "linear"] = "block"
+    granularity: Literal["block", "linear", "model"] = "block"
     forward_prefetch: bool = True
     backward_prefetch: bool = True
     reshard_after_forward: bool = True
@@ -58,6 +61,7 @@ class ShardingSetup:
     gradient_level: Level = "global"
     qwz: bool = False
     qgz: bool = False
+    fsdp: FsdpRuntime | None = None
 
 
 TE_COMM_SMS = 16
@@ -122,6 +126,9 @@ class HybridSetup:
     gpus_per_node: int = 8
     fp8: bool = False  # Transformer Engine FP8 linears (workloads/fp8.py): the amax group
     tp_overlap: TpOverlapSetup | None = None  # userbuffers TP overlap (tp_overlap.py)
+    # DeepSpeed's runtime (strategy deepspeed; stage 3 also sets data_mode 'sharded')
+    deepspeed: DeepSpeedRuntime | None = None
+    cross_entropy: str = "eager"  # loss kernel: eager, fused or vocab-parallel
 
     @property
     def world(self) -> int:
@@ -140,6 +147,11 @@ class HybridSetup:
     @property
     def sharded(self) -> bool:
         return self.data_mode == "sharded"
+
+    @property
+    def fsdp(self) -> FsdpRuntime | None:
+        """PyTorch FSDP's runtime when the data axis runs it."""
+        return self.sharding.fsdp if self.sharded else None
 
     @property
     def chunks(self) -> int:

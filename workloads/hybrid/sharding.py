@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from workloads.builder import comm_stream
 from workloads.hybrid.groups import LEVEL_GROUP, REFRESH_GROUP, gradient_groups, group_size
 from workloads.hybrid.setup import HybridSetup
 from workloads.hybrid.streams import StreamBuilder
@@ -81,30 +82,44 @@ class Sharder:
     def _size(self, group: str) -> int:
         return group_size(self.setup, group)
 
-    def gather(self, tag: str, elems: float, backward: bool, blocking: bool) -> Gather:
-        """All-gather `elems` weight elements (the gathered size) for forward or backward."""
+    def gather(
+        self, tag: str, elems: float, backward: bool, blocking: bool, stream: str | None = None
+    ) -> Gather:
+        """All-gather `elems` weight elements (the gathered size) for forward or backward.
+
+        `stream`: issue it from that side stream (DeepSpeed's allgather stream) instead of
+        after the compute issued so far: the quantise kernel runs there and the
+        collective waits for nothing on the compute stream."""
         group = LEVEL_GROUP[self.level(backward)]
         size = self._size(group)
         if size == 1:
             return Gather(-1, elems, False, tag)
         quant = self.sh.qwz
+        deps: tuple[int, ...] = ()
         if quant:
             shard = elems / size
-            self.b.compute(
-                f"{tag}.qwz.quant", C.QUANTIZE, 2.0 * shard, (self.db + INT8_BYTES) * shard
-            )
+            name, flops, nbytes = f"{tag}.qwz.quant", 2.0 * shard, (self.db + INT8_BYTES) * shard
+            if stream is None:
+                self.b.compute(name, C.QUANTIZE, flops, nbytes)
+            else:
+                deps = (self.b.side_compute(name, C.QUANTIZE, flops, nbytes, stream),)
         nbytes = elems * (INT8_BYTES if quant else self.db)
-        h = self.b.collective(f"{tag}.ag_{group}", K.ALL_GATHER, group, nbytes, blocking=False)
+        h = self._collective(f"{tag}.ag_{group}", group, nbytes, stream, deps)
         scales = -1
         if quant:
             scale_bytes = SCALE_BYTES * math.ceil(elems / QWZ_GROUP_ELEMS)
-            scales = self.b.collective(
-                f"{tag}.ag_{group}.scales", K.ALL_GATHER, group, scale_bytes, blocking=False
-            )
+            scales = self._collective(f"{tag}.ag_{group}.scales", group, scale_bytes, stream, ())
         g = Gather(h, elems, quant, tag, scales)
         if blocking:
             self.finish(g)
         return g
+
+    def _collective(
+        self, name: str, group: str, nbytes: float, stream: str | None, deps: tuple[int, ...]
+    ) -> int:
+        if stream is None:
+            return self.b.collective(name, K.ALL_GATHER, group, nbytes, blocking=False)
+        return self.b.side_collective(name, K.ALL_GATHER, group, nbytes, comm_stream(group), deps)
 
     def finish(self, g: Gather) -> None:
         """Wait for a gather (and dequantise an int8 one)."""

@@ -11,7 +11,7 @@ layers on 16 stages, 7 on the first and the last, 8 on the others (Dubey et al. 
 from __future__ import annotations
 
 from workloads.errors import WorkloadError
-from workloads.hybrid.params import HybridParallel, MegatronParallel
+from workloads.hybrid.params import DeepSpeedParallel, HybridParallel, MegatronParallel
 from workloads.hybrid.setup import HybridSetup
 from workloads.models import TransformerSpec
 
@@ -23,7 +23,7 @@ def stage_layers_for(spec: TransformerSpec, params: HybridParallel, pp: int) -> 
     the loss count as one layer each, the sum splits evenly over the stages, and the
     first / last stage runs one transformer layer fewer (num_layers + 1 + 1 on pp ranks,
     megatron/core/transformer/transformer_config.py)."""
-    if not isinstance(params, MegatronParallel):
+    if not isinstance(params, MegatronParallel | DeepSpeedParallel):
         return ()
     if params.layers_per_stage is not None:
         given = tuple(params.layers_per_stage)
@@ -33,6 +33,8 @@ def stage_layers_for(spec: TransformerSpec, params: HybridParallel, pp: int) -> 
                 f"model has {spec.layers}"
             )
         return given
+    if isinstance(params, DeepSpeedParallel):
+        return ()
     extra = (int(params.account_for_embedding), int(params.account_for_loss))
     if not any(extra):
         return ()
