@@ -69,6 +69,13 @@ class ImplementationPreset:
     grad_sync: Literal["per-tensor", "one-bucket"]
     grad_dtype_bytes: int  # gradient buffer and all-reduce precision
     pending_shard_grads: bool  # ORS keeps bf16 shard gradients beside the fp32 main grads
+    # the framework's stream creation (which communicator shares the compute stream's
+    # hardware queue on ROCm, simulator/cost/interference.py): PyTorch's pool made all of
+    # a priority's streams at its first use ("eager", PyTorch < 2.3) or each at its own
+    # ("lazy", ROCm builds of 2.3 on, pytorch/pytorch#119996); the communicators that
+    # first communicate before the iteration (the launcher's barrier on the world group)
+    stream_pool: Literal["eager", "lazy"] = "eager"
+    communicators_before: tuple[str, ...] = ("world",)
 
 
 PRESETS: dict[str, ImplementationPreset] = {
@@ -84,6 +91,11 @@ PRESETS: dict[str, ImplementationPreset] = {
         grad_sync="one-bucket",
         grad_dtype_bytes=4,
         pending_shard_grads=True,
+        # Megatron-AxoNN's Frontier launcher (update-amd-script examples/run_axonn_amd.sh)
+        # activates venv_axonn_pt_2.1: PyTorch 2.1, whose pool is eager; Megatron's
+        # initialize (_compile_dependencies) runs a barrier on the world group first
+        stream_pool="eager",
+        communicators_before=("world",),
     ),
     "axonn-0.2": ImplementationPreset(
         name="axonn-0.2",
@@ -94,6 +106,10 @@ PRESETS: dict[str, ImplementationPreset] = {
         grad_sync="per-tensor",
         grad_dtype_bytes=2,
         pending_shard_grads=False,
+        # 0.2.0 (2024-10) is tested with PyTorch >= 2.3 (axonn 77e06d5, 2024-06-10: "update
+        # vit tests to run with torch 2.3"), whose ROCm pool is lazy
+        stream_pool="lazy",
+        communicators_before=("world",),
     ),
 }
 
