@@ -201,6 +201,31 @@ def _candidate(
     )
 
 
+def feasible_candidate(
+    spec: TransformerSpec,
+    grid: Grid,
+    params: AxonnParallel,
+    training: TrainingSetup,
+    gpu: GpuSpec,
+    bandwidth: BandwidthFn,
+) -> Candidate | None:
+    """The grid as a candidate with the microbatch `simulate` would pick (the largest that
+    fits), or None when the grid is invalid for the model or its smallest microbatch
+    does not fit in memory."""
+    try:
+        per_gpu = check_grid(spec, grid, params, training, grid.size)
+    except WorkloadError:
+        return None
+    if memory_for(spec, grid, params, training, 1).total > gpu.memory_bytes:
+        return None
+    mbs = training.microbatch_sequences or choose_microbatch(
+        spec, grid, params, training, per_gpu, gpu.memory_bytes
+    )
+    if per_gpu % mbs:
+        return None
+    return _candidate(spec, grid, params, training, mbs, per_gpu // mbs, bandwidth)
+
+
 def rank_grids(
     spec: TransformerSpec,
     params: AxonnParallel,

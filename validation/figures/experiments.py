@@ -11,6 +11,11 @@ overlap and Megatron figures).
   statically, the top K of those simulated, the fastest kept.
 - `axonn_overlap`: the best grid of a search re-simulated with the overlap flags added
   one at a time (baseline, +OAR, +ORS, +OAG).
+- `axonn_paper`: the SC'24 paper's own procedure (simulator/search/procedure.py): the
+  published analytical model's top K simulated, the fastest kept; `axonn_split`: its
+  grid chosen without overlap (Fig. 7's "Perf model"/"Kernel tuning"), then with
+  OAR+ORS+OAG on the same grid ("Coll. overlap"): computation and non-overlapped
+  communication of each.
 - `axonn_ranking` / `axonn_grid`: the analytical ranking alone, and one grid simulated.
   A grid with a group the bandwidth probe cannot place is ranked last instead of
   failing the search (groups not aligned with nodes, such as the factor 3 that 6,144
@@ -163,6 +168,67 @@ def axonn_search(
         "top": min(top, len(out.candidates)),
         "tried": tried,
     }
+
+
+def _search_result(out: Any, top: int) -> dict[str, Any]:
+    best = out.best_candidate
+    assert best is not None and out.best is not None
+    tried = [c.as_dict() for c in out.candidates if c.simulated_iteration_time_s is not None]
+    return {
+        "report": trim(out.best.report.to_json()),
+        "grid": [best.grid.x, best.grid.y, best.grid.z, best.grid.data],
+        "microbatch_sequences": best.microbatch_sequences,
+        "weights": {"weight_lifetime": best.weight_lifetime, "cached_layers": best.cached_layers},
+        "model_rank": best.model_rank,
+        "estimated_rank": best.estimated_rank,
+        "candidates": len(out.candidates),
+        "screened": out.screened,
+        "top": min(top, len(out.candidates)),
+        "tried": tried,
+    }
+
+
+def axonn_paper(
+    machine: str,
+    gpus: int,
+    model: Model,
+    top: int = 10,
+    batch_tokens: int | None = None,
+    overlap: list[str] | None = None,
+) -> dict[str, Any]:
+    """The paper's procedure: the published model's top `top` grids simulated (with the
+    given overlap flags, default all three), the fastest kept."""
+    from simulator.search.procedure import paper_procedure
+
+    ov = tuple(overlap) if overlap is not None else None
+    cfg = _axonn_config(machine, gpus, model, batch_tokens, overlap=ov)
+    return _search_result(paper_procedure(cfg, top), top)
+
+
+def axonn_split(
+    machine: str,
+    gpus: int,
+    model: Model,
+    top: int = 10,
+    batch_tokens: int | None = None,
+    deps: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Fig. 7's split on the paper procedure's grid chosen without overlap: that grid
+    without overlap ("Kernel tuning") and with OAR+ORS+OAG ("Coll. overlap")."""
+    found = next(iter((deps or {}).values()), None)
+    if found is None:
+        found = axonn_paper(machine, gpus, model, top, batch_tokens, [])
+    on = axonn_grid(
+        machine,
+        gpus,
+        model,
+        found["grid"],
+        found["microbatch_sequences"],
+        batch_tokens,
+        ["oar", "ors", "oag"],
+        found.get("weights"),
+    )
+    return {"grid": found["grid"], "off": found["report"], "on": on}
 
 
 def axonn_overlap(
