@@ -21,9 +21,7 @@ from validation.figures.experiments import _axonn_config
 from workloads.axonn.params import Grid
 from workloads.models import model_preset
 
-REFERENCE = json.loads(
-    (Path(__file__).parent / "data" / "axonn_comm_model_top10.json").read_text()
-)
+REFERENCE = json.loads((Path(__file__).parent / "data" / "axonn_comm_model_top10.json").read_text())
 POINTS = REFERENCE["points"]
 
 
