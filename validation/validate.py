@@ -85,13 +85,14 @@ def _weak_scaling_cases(name: str, machine: str, points: list[Any]) -> list[Case
     """AxoNN's weak-scaling points on one machine, like for like: the paper's own procedure
     (the published model's top 10 simulated, the fastest kept), compared as sustained
     PFLOP/s (the detail line gives the grid and the compute / exposed-communication split)."""
-    cite, src = load_yaml(name)["cite"], source(name)
+    data = load_yaml(name)
+    cite, src, impl = data["cite"], source(name), data["implementation"]
 
     def make(p: Any) -> Case:
         outlier = OUTLIERS.get((machine, p.gpus))
 
         def tasks(reduced: bool) -> list[Task]:
-            return [_paper_task(machine, p.gpus, p.model, reduced)]
+            return [_paper_task(machine, p.gpus, p.model, reduced, impl)]
 
         def value(res: list[Any]) -> tuple[float, str]:
             r = res[0]
@@ -124,9 +125,15 @@ def _weak_scaling_cases(name: str, machine: str, points: list[Any]) -> list[Case
 
 
 def _paper_task(
-    machine: str, gpus: int, model: str, reduced: bool, overlap: list[str] | None = None
+    machine: str,
+    gpus: int,
+    model: str,
+    reduced: bool,
+    implementation: str,
+    overlap: list[str] | None = None,
 ) -> Task:
-    """The paper's procedure at one point (its best grid only when reduced)."""
+    """The paper's procedure at one point (its best grid only when reduced), with the
+    code version the authors ran there."""
     extra: dict[str, Any] = {} if overlap is None else {"overlap": overlap}
     return task(
         "axonn_paper",
@@ -136,6 +143,7 @@ def _paper_task(
         model=model,
         top=REDUCED_TOP if reduced else VALIDATE_TOP,
         batch_tokens=None,
+        implementation=implementation,
         **extra,
     )
 
@@ -148,10 +156,12 @@ def _frontier_cases() -> list[Case]:
     return _weak_scaling_cases("axonn_frontier", "frontier", axonn_frontier())
 
 
-def _overlap_tasks(machine: str, gpus: int, model: str, reduced: bool) -> list[Task]:
+def _overlap_tasks(
+    machine: str, gpus: int, model: str, reduced: bool, implementation: str
+) -> list[Task]:
     """The paper's procedure at one point and the overlap steps simulated on its grid (the
     procedure's task is the weak-scaling point's, so it runs once)."""
-    found = _paper_task(machine, gpus, model, reduced)
+    found = _paper_task(machine, gpus, model, reduced, implementation)
     overlap = task(
         "axonn_overlap",
         deps=[found],
@@ -161,6 +171,7 @@ def _overlap_tasks(machine: str, gpus: int, model: str, reduced: bool) -> list[T
         model=model,
         top=REDUCED_TOP if reduced else VALIDATE_TOP,
         batch_tokens=None,
+        implementation=implementation,
     )
     return [found, overlap]
 
@@ -172,7 +183,7 @@ def _frontier_overlap_cases() -> list[Case]:
     cite, src = data["cite"], source("axonn_frontier_overlap")
 
     def tasks(reduced: bool) -> list[Task]:
-        return _overlap_tasks(machine, gpus, model, reduced)
+        return _overlap_tasks(machine, gpus, model, reduced, data["implementation"])
 
     def make(step: Any) -> Case:
         def value(res: list[Any]) -> tuple[float, str]:
@@ -333,7 +344,7 @@ def _overlap_case() -> Case:
     machine, gpus, model = data["assumed"]["machine"], data["assumed"]["gpus"], data["model"]
 
     def tasks(reduced: bool) -> list[Task]:
-        return _overlap_tasks(machine, gpus, model, reduced)
+        return _overlap_tasks(machine, gpus, model, reduced, data["implementation"])
 
     def value(res: list[Any]) -> tuple[float, str]:
         steps = res[1]["steps"]

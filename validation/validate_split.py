@@ -27,7 +27,9 @@ SIMULATED = {"computation_s": "compute_time_s", "comm_s": "exposed_comm_time_s"}
 TOP, REDUCED_TOP = 10, 1
 
 
-def split_tasks(machine: str, gpus: int, model: str, reduced: bool) -> list[Task]:
+def split_tasks(
+    machine: str, gpus: int, model: str, reduced: bool, implementation: str
+) -> list[Task]:
     """The paper's procedure without overlap, and the split on its grid."""
     top = REDUCED_TOP if reduced else TOP
     chosen = task(
@@ -39,6 +41,7 @@ def split_tasks(machine: str, gpus: int, model: str, reduced: bool) -> list[Task
         top=top,
         batch_tokens=None,
         overlap=[],
+        implementation=implementation,
     )
     split = task(
         "axonn_split",
@@ -49,6 +52,7 @@ def split_tasks(machine: str, gpus: int, model: str, reduced: bool) -> list[Task
         model=model,
         top=top,
         batch_tokens=None,
+        implementation=implementation,
     )
     return [chosen, split]
 
@@ -64,7 +68,7 @@ def split_cases() -> list[Case]:
         side = "off" if not configs[config]["overlap"] else "on"
 
         def tasks(reduced: bool) -> list[Task]:
-            return split_tasks(machine, gpus, model, reduced)
+            return split_tasks(machine, gpus, model, reduced, data["implementation"])
 
         def value(res: list[Any]) -> tuple[float, str]:
             r = res[1]

@@ -80,8 +80,11 @@ def _axonn_config(
     microbatch: int | None = None,
     overlap: tuple[str, ...] | None = None,
     weights: Mapping[str, Any] | None = None,
+    implementation: str | None = None,
 ) -> ExperimentConfig:
     parallel: dict[str, Any] = {"strategy": "axonn"}
+    if implementation is not None:
+        parallel["implementation"] = implementation
     if grid is not None:
         parallel["grid"] = dict(zip(("x", "y", "z", "data"), grid, strict=True))
     if overlap is not None:
@@ -131,11 +134,14 @@ def axonn_grid(
     batch_tokens: int | None = None,
     overlap: list[str] | None = None,
     weights: Mapping[str, Any] | None = None,
+    implementation: str | None = None,
 ) -> dict[str, Any]:
     """One AxoNN grid simulated (the report); `weights`: weight_lifetime, cached_layers."""
     ov = tuple(overlap) if overlap is not None else None
     return _simulate(
-        _axonn_config(machine, gpus, model, batch_tokens, grid, microbatch, ov, weights)
+        _axonn_config(
+            machine, gpus, model, batch_tokens, grid, microbatch, ov, weights, implementation
+        )
     )
 
 
@@ -195,13 +201,16 @@ def axonn_paper(
     top: int = 10,
     batch_tokens: int | None = None,
     overlap: list[str] | None = None,
+    implementation: str | None = None,
 ) -> dict[str, Any]:
     """The paper's procedure: the published model's top `top` grids simulated (with the
     given overlap flags, default all three), the fastest kept."""
     from simulator.search.procedure import paper_procedure
 
     ov = tuple(overlap) if overlap is not None else None
-    cfg = _axonn_config(machine, gpus, model, batch_tokens, overlap=ov)
+    cfg = _axonn_config(
+        machine, gpus, model, batch_tokens, overlap=ov, implementation=implementation
+    )
     return _search_result(paper_procedure(cfg, top), top)
 
 
@@ -212,12 +221,13 @@ def axonn_split(
     top: int = 10,
     batch_tokens: int | None = None,
     deps: Mapping[str, Any] | None = None,
+    implementation: str | None = None,
 ) -> dict[str, Any]:
     """Fig. 7's split on the paper procedure's grid chosen without overlap: that grid
     without overlap ("Kernel tuning") and with OAR+ORS+OAG ("Coll. overlap")."""
     found = next(iter((deps or {}).values()), None)
     if found is None:
-        found = axonn_paper(machine, gpus, model, top, batch_tokens, [])
+        found = axonn_paper(machine, gpus, model, top, batch_tokens, [], implementation)
     on = axonn_grid(
         machine,
         gpus,
@@ -227,6 +237,7 @@ def axonn_split(
         batch_tokens,
         ["oar", "ors", "oag"],
         found.get("weights"),
+        implementation,
     )
     return {"grid": found["grid"], "off": found["report"], "on": on}
 
@@ -238,6 +249,7 @@ def axonn_overlap(
     top: int = 10,
     batch_tokens: int | None = None,
     deps: Mapping[str, Any] | None = None,
+    implementation: str | None = None,
 ) -> dict[str, Any]:
     """The search's best grid with the overlap flags added one at a time.
 
@@ -265,6 +277,7 @@ def axonn_overlap(
             batch_tokens,
             list(flags),
             found.get("weights"),
+            implementation,
         )
     out["steps"] = steps
     return out

@@ -40,6 +40,37 @@ before commit c5ef65d (2024-07-09).
 - Model states: bf16 weights (2 B), fp32 main grads (4 B), fp32 master weights (4 B) and
   Adam moments (8 B): 18 bytes per parameter (Megatron's Float16OptimizerWithFloat16Params).
 
+`litgpt` — the code of the paper's Frontier runs: LitGPT with AxoNN (paper §VI-A; the
+Frontier runs did not use Megatron-LM) through axonn's Lightning Fabric strategy
+(axonn/lightning/axonn_strategy.py, added 2024-06-18 in b03b58e) before c5ef65d. The
+LitGPT pretraining script itself is not public (axonn-ai/litgpt holds only a finetuning
+script of 2024-07-01), so what the strategy and axonn do is modelled and what the
+script chose is stated:
+- the layer saved its gathered weight for backward (as sc24, "keep");
+- `AxonnStrategy.optimize_communication` is `optimize_communication(True, True, True,
+  module)` around the step: OAG prefetches the forward's gathers (`trigger_async_all_
+  gathers` over model.modules()); a checkpointed block's recompute gathers again,
+  blocking (the prefetch of recomputed blocks, `overlap_all_gathers_for_checkpointed_
+  forward`, is Megatron-AxoNN's call);
+- precision: LitGPT's default for training, `get_default_supported_precision(training=
+  True)` = "bf16-mixed", keeps fp32 parameters under torch.autocast; axonn then gathers
+  the fp32 shard (`_gather`, `trigger_async_all_gathers` allocate in the weight's dtype;
+  8e502aa of 2024-06-13 made the overlap work under autocast), autocast casts the
+  gathered weight to bf16 for each matmul, and the weight gradient leaves the bf16
+  matmul, so the reduce-scatter moves bf16 (an assumption: that the script kept LitGPT's
+  default precision);
+- `AxonnStrategy.backward` then calls `sync_gradients_depth_parallel(mean=True)` (every
+  parameter that is not Z-sharded, biases included, over Z) and `sync_gradients_data_
+  parallel(mean=True)` (every parameter over data), one tensor at a time
+  (`vectorize=False`), in the parameters' dtype (fp32);
+- LitGPT's token embedding is a plain torch.nn.Embedding, replicated (axonn's
+  auto_parallelize replaced only Linear layers until 2e51658 of 2024-07-09); its output
+  head is a Linear, so a 4D linear;
+- optimizer state: fp32 parameters are the master weights, so Adam adds its two fp32
+  moments only: 16 bytes per parameter with the fp32 gradient;
+- PyTorch >= 2.3 (axonn's tests moved to torch 2.3 on 2024-06-10, 77e06d5): ROCm's
+  stream pool creates each stream lazily (pytorch/pytorch#119996).
+
 `axonn-0.2` — the PyPI release 0.2.0 (git 464e4a8, 2024-10-19), the algorithm as
 axonn-4d.md describes it: the backward re-gathers the weight (c5ef65d), OAG prefetches
 in the forward too (`optimize_communication` wraps forward and backward), the
@@ -65,10 +96,16 @@ class ImplementationPreset:
     source: str
     default_lifetime: WeightLifetime
     forward_prefetch: bool  # OAG also prefetches in the forward pass (not only recompute)
-    embedding: Literal["4d", "vocab-parallel-xy"]
-    grad_sync: Literal["per-tensor", "one-bucket"]
+    embedding: Literal["4d", "vocab-parallel-xy", "replicated"]
+    grad_sync: Literal["per-tensor", "one-bucket", "z-then-data"]
     grad_dtype_bytes: int  # gradient buffer and all-reduce precision
     pending_shard_grads: bool  # ORS keeps bf16 shard gradients beside the fp32 main grads
+    # OAG also prefetches the gathers of a checkpointed block's recompute
+    recompute_prefetch: bool = True
+    # bytes per element of the stored (and Z-gathered) weights; None: the model's dtype
+    # (bf16 weights with separate fp32 masters); 4: fp32 parameters under autocast, which
+    # are their own master weights and are cast to the model's dtype for each matmul
+    weight_dtype_bytes: int | None = None
     # the framework's stream creation (which communicator shares the compute stream's
     # hardware queue on ROCm, simulator/cost/interference.py): PyTorch's pool made all of
     # a priority's streams at its first use ("eager", PyTorch < 2.3) or each at its own
@@ -79,6 +116,23 @@ class ImplementationPreset:
 
 
 PRESETS: dict[str, ImplementationPreset] = {
+    "litgpt": ImplementationPreset(
+        name="litgpt",
+        source=(
+            "LitGPT with axonn's Lightning Fabric strategy, axonn before c5ef65d "
+            "(2024-07-09); LitGPT's default bf16-mixed precision"
+        ),
+        default_lifetime="keep",
+        forward_prefetch=True,
+        embedding="replicated",
+        grad_sync="z-then-data",
+        grad_dtype_bytes=4,
+        pending_shard_grads=True,
+        recompute_prefetch=False,
+        weight_dtype_bytes=4,
+        stream_pool="lazy",
+        communicators_before=("world",),
+    ),
     "sc24": ImplementationPreset(
         name="sc24",
         source=(
