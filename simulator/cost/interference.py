@@ -190,31 +190,43 @@ class InterferenceModel:
         hbm = self.library.hbm_bytes_per_received_byte * recv / seconds if seconds > 0 else 0.0
         return Footprint(blocks, hbm)
 
-    def stretch(self, op: ComputeOp, footprints: Sequence[Footprint]) -> float:
+    def stretch(
+        self, op: ComputeOp, footprints: Sequence[Footprint], alone_s: float | None = None
+    ) -> float:
         """How many times longer `op` runs beside these resident collectives (>= 1).
 
-        Compute-bound kernels (GEMM, attention) run on the SMs the collectives leave: a
+        A compute-bound kernel (GEMM, attention) runs on the SMs the collectives leave: a
         shaped GEMM re-quantises its tile waves on them (the kernel model's curve with
-        fewer SMs); others lose the SM share. Memory-bound kernels lose the HBM share the
-        collectives' data paths take."""
+        fewer SMs), others lose the SM share; and, as a roofline, it cannot stream its
+        bytes faster than the HBM bandwidth the collectives' data paths leave (`alone_s`,
+        its time alone, tells how close to that bound it already runs: small GEMMs beside
+        bandwidth-heavy collectives are memory-bound). A memory-bound kernel loses the
+        HBM share."""
         if not footprints:
             return 1.0
-        n = self.gpu.sm_count
-        if op.kind in COMPUTE_BOUND:
-            blocks = sum(f.blocks for f in footprints)
-            if blocks <= 0:
-                return 1.0
-            left = max(n - blocks, math.ceil(n * (1 - MAX_BUSY_SHARE)))
-            shape = _gemm_shape(op) if op.kind is ComputeKind.GEMM else None
-            if shape is not None and self.gemm_efficiency is not None:
-                m, nn, k, b = shape
-                full = n * self.gemm_efficiency(m, nn, k, b, n)
-                part = left * self.gemm_efficiency(m, nn, k, b, left)
-                return max(1.0, full / part) if part > 0 else 1.0 / (1 - MAX_BUSY_SHARE)
-            return n / left
         hbm = sum(f.hbm_Bps for f in footprints)
         share = min(hbm / self.hbm_Bps, MAX_BUSY_SHARE) if self.hbm_Bps > 0 else 0.0
-        return 1.0 / (1.0 - share)
+        if op.kind not in COMPUTE_BOUND:
+            return 1.0 / (1.0 - share)
+        sm = self._sm_stretch(op, sum(f.blocks for f in footprints))
+        if alone_s and alone_s > 0 and op.bytes > 0 and share > 0:
+            memory_bound_s = op.bytes / (self.hbm_Bps * (1.0 - share))
+            return max(sm, memory_bound_s / alone_s)
+        return sm
+
+    def _sm_stretch(self, op: ComputeOp, blocks: int) -> float:
+        """A compute-bound kernel on the SMs `blocks` resident blocks leave."""
+        if blocks <= 0:
+            return 1.0
+        n = self.gpu.sm_count
+        left = max(n - blocks, math.ceil(n * (1 - MAX_BUSY_SHARE)))
+        shape = _gemm_shape(op) if op.kind is ComputeKind.GEMM else None
+        if shape is not None and self.gemm_efficiency is not None:
+            m, nn, k, b = shape
+            full = n * self.gemm_efficiency(m, nn, k, b, n)
+            part = left * self.gemm_efficiency(m, nn, k, b, left)
+            return max(1.0, full / part) if part > 0 else 1.0 / (1 - MAX_BUSY_SHARE)
+        return n / left
 
     def describe(self) -> dict[str, object]:
         """The mechanism's terms (for reports)."""

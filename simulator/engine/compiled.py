@@ -62,8 +62,9 @@ from its peer to this rank, so it is priced in that direction)."""
 CommLoad = Callable[[CommInfo, int], "Footprint"]
 """What a rank's communication op occupies on its GPU while it runs (blocks, HBM)."""
 
-StretchFn = Callable[[ComputeOp, list["Footprint"]], float]
-"""How many times longer a compute op runs beside these resident collectives."""
+StretchFn = Callable[[ComputeOp, list["Footprint"], float], float]
+"""How many times longer a compute op runs beside these resident collectives (the third
+argument: its duration alone, in seconds)."""
 
 
 @dataclass(frozen=True)
@@ -419,7 +420,7 @@ def _loaded(
         covered += b - a
         f = cache.get(live)
         if f is None:
-            f = cache[live] = stretch(op, [intervals[j][2] for j in live])
+            f = cache[live] = stretch(op, [intervals[j][2] for j in live], hi - lo)
         added += (b - a) * (f - 1.0)
     return covered, added
 
