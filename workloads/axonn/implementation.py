@@ -52,13 +52,18 @@ script chose is stated:
   gathers` over model.modules()); a checkpointed block's recompute gathers again,
   blocking (the prefetch of recomputed blocks, `overlap_all_gathers_for_checkpointed_
   forward`, is Megatron-AxoNN's call);
-- precision: LitGPT's default for training, `get_default_supported_precision(training=
-  True)` = "bf16-mixed", keeps fp32 parameters under torch.autocast; axonn then gathers
-  the fp32 shard (`_gather`, `trigger_async_all_gathers` allocate in the weight's dtype;
-  8e502aa of 2024-06-13 made the overlap work under autocast), autocast casts the
-  gathered weight to bf16 for each matmul, and the weight gradient leaves the bf16
-  matmul, so the reduce-scatter moves bf16 (an assumption: that the script kept LitGPT's
-  default precision);
+- precision: bf16 weights with fp32 master weights, as the paper states for every run
+  (§VI), so the Z gathers and the gradients are bf16. LitGPT's default for training,
+  "bf16-mixed" (`get_default_supported_precision(training=True)`), would instead keep
+  fp32 parameters under torch.autocast: axonn would gather the fp32 shard (`_gather` and
+  `trigger_async_all_gathers` allocate in the weight's dtype; 8e502aa of 2024-06-13 made
+  the overlap work under autocast) and autocast would cast every gathered weight before
+  each matmul. That variant (`weight_dtype_bytes=4`, grad 4 bytes) simulates 13.07 s of
+  computation and 17.0 s of communication on the 8,192-GCD point without overlap against
+  the 11.84 + 11.88 s Fig. 7 measured (the casts alone add ~1.2 s): it is ruled out on
+  that one point (Fig. 7's 8,192-GCD "Kernel tuning" row), which is what this choice is
+  fitted on; the bf16 weights may have come from axonn's own mixed precision (its
+  "custom mixed precision", deprecated in ade0c1a of 2024-07-01) or "bf16-true";
 - `AxonnStrategy.backward` then calls `sync_gradients_depth_parallel(mean=True)` (every
   parameter that is not Z-sharded, biases included, over Z) and `sync_gradients_data_
   parallel(mean=True)` (every parameter over data), one tensor at a time
@@ -66,8 +71,8 @@ script chose is stated:
 - LitGPT's token embedding is a plain torch.nn.Embedding, replicated (axonn's
   auto_parallelize replaced only Linear layers until 2e51658 of 2024-07-09); its output
   head is a Linear, so a 4D linear;
-- optimizer state: fp32 parameters are the master weights, so Adam adds its two fp32
-  moments only: 16 bytes per parameter with the fp32 gradient;
+- model states: bf16 weights and gradients, fp32 master weights and Adam moments: 16
+  bytes per parameter;
 - streams: the authors' Frontier environment ran PyTorch 2.1 (Megatron-AxoNN's Frontier
   launcher activates venv_axonn_pt_2.1), whose stream pool is eager; axonn's own tests
   moved to torch 2.3 (77e06d5, 2024-06-10), whose ROCm pool is lazy (pytorch/pytorch
@@ -123,16 +128,19 @@ PRESETS: dict[str, ImplementationPreset] = {
         name="litgpt",
         source=(
             "LitGPT with axonn's Lightning Fabric strategy, axonn before c5ef65d "
-            "(2024-07-09); LitGPT's default bf16-mixed precision"
+            "(2024-07-09); bf16 weights with fp32 masters"
         ),
         default_lifetime="keep",
         forward_prefetch=True,
         embedding="replicated",
         grad_sync="z-then-data",
-        grad_dtype_bytes=4,
-        pending_shard_grads=True,
+        grad_dtype_bytes=2,
+        pending_shard_grads=False,
         recompute_prefetch=False,
-        weight_dtype_bytes=4,
+        # bf16 weights with fp32 masters (the paper's §VI); fp32 parameters under
+        # autocast (LitGPT's default "bf16-mixed", weight_dtype_bytes=4, grad 4) are ruled
+        # out on Fig. 7's 8,192-GCD Kernel-tuning point (see the module docstring)
+        weight_dtype_bytes=None,
         # the authors' Frontier environment (Megatron-AxoNN's launcher activates
         # venv_axonn_pt_2.1: PyTorch 2.1, an eager pool); with a lazy pool (PyTorch >= 2.3)
         # Z would share the compute stream's queue and no Z collective would hide, which
