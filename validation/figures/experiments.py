@@ -152,28 +152,14 @@ def axonn_search(
     top: int = 10,
     batch_tokens: int | None = None,
     screen: int | None = None,
+    implementation: str | None = None,
 ) -> dict[str, Any]:
     """`axsim search` (simulator/search/grids.py): rank, screen, simulate the top `top`."""
     from simulator.search.grids import DEFAULT_SCREEN
     from simulator.search.simulated import search
 
-    cfg = _axonn_config(machine, gpus, model, batch_tokens)
-    out = search(cfg, top, DEFAULT_SCREEN if screen is None else screen)
-    best = out.best_candidate
-    assert best is not None and out.best is not None
-    tried = [c.as_dict() for c in out.candidates if c.simulated_iteration_time_s is not None]
-    return {
-        "report": trim(out.best.report.to_json()),
-        "grid": [best.grid.x, best.grid.y, best.grid.z, best.grid.data],
-        "microbatch_sequences": best.microbatch_sequences,
-        "weights": {"weight_lifetime": best.weight_lifetime, "cached_layers": best.cached_layers},
-        "model_rank": best.model_rank,
-        "estimated_rank": best.estimated_rank,
-        "candidates": len(out.candidates),
-        "screened": out.screened,
-        "top": min(top, len(out.candidates)),
-        "tried": tried,
-    }
+    cfg = _axonn_config(machine, gpus, model, batch_tokens, implementation=implementation)
+    return _search_result(search(cfg, top, DEFAULT_SCREEN if screen is None else screen), top)
 
 
 def _search_result(out: Any, top: int) -> dict[str, Any]:
