@@ -213,6 +213,10 @@ class Engine:
             raise EngineError("placement must map ranks to distinct GPUs of the topology")
         self.steady_state = steady_state
         self.progress = progress
+        # isolated estimates of each rank's communication ops (overlap, footprints)
+        self._estimates: dict[int, dict[tuple[object, ...], float]] = {}
+        # per simulated rank, the communicator streams sharing the compute stream's queue
+        self.serialised: dict[int, frozenset[str]] = {}
 
     # ------------------------------------------------------------------- run
     def run(self) -> EngineResult:
@@ -241,9 +245,6 @@ class Engine:
         self.launch_cache: dict[Hashable, tuple[Hashable, np.ndarray, str | None]] = {}
         self.group_gpus: dict[str, np.ndarray] = {}  # every instance of a group kind, as GPUs
         self.processed = 0
-        self._estimates: dict[int, dict[tuple[object, ...], float]] = {}
-        # per simulated rank, the communicator streams sharing the compute stream's queue
-        self.serialised: dict[int, frozenset[str]] = {}
         self.skipped = 0
         self.next_report = 0
         unrolled: dict[tuple[int, float], Unrolled] = {}
