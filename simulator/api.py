@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from simulator.build import build_cost_model, build_topology
 from simulator.choices import Choice, algorithm_choices
 from simulator.config import ExperimentConfig
+from simulator.cost.interference import InterferenceModel
+from simulator.cost.kernels import KernelModel
+from simulator.cost.model import CostModel
 from simulator.engine.core import Engine, EngineResult, ProgressFn
 from simulator.errors import ConfigError, CostModelError
 from simulator.network.params import network_params_for
 from simulator.outputs.report import Report, build_report, model_overrides
 from simulator.workload import WorkloadPlan, build_plan
-from topologies.hardware import gpu_spec
+from topologies.hardware import GpuSpec, gpu_spec
 from topologies.types import Topology
 
 
@@ -41,7 +44,41 @@ def run_choices(
     """Every automatic choice of a run: the plan's, the engine mode and the tuner's."""
     mode = Choice("engine mode", engine.view.mode, engine.view.reason)
     sizes = {name: kind.size for name, kind in plan.graph.groups.items()}
-    return [*plan.choices, mode, *algorithm_choices(decisions, plan.group_aliases, sizes)]
+    queues = [
+        Choice(
+            "hardware queue",
+            ", ".join(sorted(streams)),
+            "shares the compute stream's HIP hardware queue (GPU_MAX_HW_QUEUES "
+            "streams per priority, taken in creation order), so its collectives run "
+            "between compute kernels instead of beside them",
+        )
+        for streams in sorted(set(engine.serialised.values()), key=sorted)
+    ]
+    return [
+        *plan.choices,
+        mode,
+        *queues,
+        *algorithm_choices(decisions, plan.group_aliases, sizes),
+    ]
+
+
+def interference_model(kernels: KernelModel, gpu: GpuSpec, topology: Topology) -> InterferenceModel:
+    """The interference mechanism of a GPU in a machine (simulator/cost/interference.py),
+    with the kernel model's achievable HBM bandwidth and GEMM curve."""
+    machine = topology.metadata.get("machine")
+    return InterferenceModel.for_gpu(
+        gpu, str(machine) if machine else None, kernels.hbm_Bps, kernels.efficiency_on
+    )
+
+
+def kernel_terms(kernels: KernelModel, cost: CostModel) -> dict[str, object]:
+    """What the kernel model priced with, and how interference was priced."""
+    out = kernels.describe()
+    if cost.interference is not None:
+        out["interference"] = {"mechanism": cost.interference.describe()}
+    if cost.queues is not None:
+        out["hardware_queues"] = cost.queues.vendor
+    return out
 
 
 def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) -> Result:
@@ -55,19 +92,20 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
 
         calibration = load_calibration(config.engine.calibration)
         require_gpu(calibration, gpu.name, f"engine.calibration: {config.engine.calibration}")
-    from simulator.cost.kernels import KernelModel
-
     kernels = KernelModel(gpu, calibration=calibration)
     params = network_params_for(topology)
+    fixed = kernels.interference  # a calibration's or preset's factors, else the mechanism
     cost = build_cost_model(
         config,
         topology,
         kernels,
         params,
-        overlap_slowdown=kernels.interference,
+        overlap_slowdown=fixed if fixed is not None else 1.0,
         calibration=calibration,
         gpu=gpu.name,
     )
+    if fixed is None and config.engine.compute_slowdown_under_overlap is None:
+        cost.interference = interference_model(kernels, gpu, topology)
     plan = build_plan(config, topology, gpu)
     stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}
 
@@ -110,6 +148,6 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         choices=[c.as_dict() for c in run_choices(plan, engine, cost.pricer.decisions)],
         stages=plan.stages,
         model_overrides=model_overrides(config.model),
-        kernel_terms=kernels.describe(),
+        kernel_terms=kernel_terms(kernels, cost),
     )
     return Result(config=config, topology=topology, plan=plan, engine=result, report=report)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from simulator.config import ClusterConfig, ExperimentConfig
 from simulator.cost.calibration import Calibration
+from simulator.cost.interference import HardwareQueues
 from simulator.cost.model import CostModel, KernelTimer
 from simulator.cost.terms import Interference
 from simulator.errors import ConfigError
 from simulator.network.params import NetworkParams, network_params_for
 from simulator.network.pricing import CollectivePricer
+from topologies.hardware import gpu_spec
 from topologies.types import Topology
 
 
@@ -46,7 +48,9 @@ def build_cost_model(
     gpu: str | None = None,
 ) -> CostModel:
     """CostModel for an experiment: kernel timer, collective pricer (with the calibration's
-    collective tables, if any), network fidelity."""
+    collective tables, if any), network fidelity, the runtime's hardware queues and the
+    overlap factor a user or a calibration fixes (without one, simulator/api.py attaches
+    the interference mechanism)."""
     pricer = CollectivePricer(
         topology,
         params or network_params_for(topology),
@@ -58,6 +62,13 @@ def build_cost_model(
     # a user's single factor (engine.compute_slowdown_under_overlap) replaces both classes
     user = config.engine.compute_slowdown_under_overlap
     slowdown = Interference.uniform(user) if user is not None else overlap_slowdown
+    vendor = gpu_spec(gpu or topology.gpu_type).vendor if (gpu or topology.gpu_type) else ""
+    machine = topology.metadata.get("machine")
+    queues = HardwareQueues(vendor, str(machine) if machine else None) if vendor else None
     return CostModel(
-        kernels=kernels, pricer=pricer, network=config.engine.network, overlap_slowdown=slowdown
+        kernels=kernels,
+        pricer=pricer,
+        network=config.engine.network,
+        overlap_slowdown=slowdown,
+        queues=queues,
     )

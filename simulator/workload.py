@@ -102,6 +102,7 @@ def _default_choice(
         from simulator.search.grids import (
             DEFAULT_SCREEN,
             bandwidth_provider,
+            priced_comm,
             rank_grids,
             screen_candidates,
         )
@@ -109,14 +110,16 @@ def _default_choice(
         bandwidth = bandwidth_provider(config, "topology", topology.gpus_per_node)
         ranked = rank_grids(spec, params, training, gpus, gpu, bandwidth)
         if ranked:
-            screened = screen_candidates(config, ranked, DEFAULT_SCREEN, bandwidth, gpu)
+            priced = priced_comm(config, topology)
+            screened = screen_candidates(config, ranked, DEFAULT_SCREEN, bandwidth, gpu, priced)
             best = screened[0]
             replayed = min(DEFAULT_SCREEN, len(ranked))
             how = (
                 f"best of the analytical model's top {replayed} of {len(ranked)} valid, "
                 f"memory-feasible grids replayed statically ({best.estimated_iteration_time_s:.3f} s "
-                f"estimated; ranking by AxoNN's Eqs. 1-7 with group bandwidths from axsim's "
-                f"collective model on {config.cluster.machine}; `axsim search` simulates the top ones)"
+                f"estimated, every collective priced by axsim's collective model on "
+                f"{config.cluster.machine} at its group's real size; ranking by AxoNN's "
+                f"Eqs. 1-7; `axsim search` simulates the top ones)"
                 if best.estimated_iteration_time_s is not None
                 else f"the analytical model's best of {len(ranked)} valid, memory-feasible grids "
                 f"(AxoNN's Eqs. 1-7, group bandwidths from axsim's collective model on "

@@ -33,6 +33,7 @@ from pathlib import Path
 from simulator.cost.calibration import Calibration, GpuCalibration
 from simulator.cost.kernel_params import kernel_params, raw_defaults, resolve_gemm_peak
 from simulator.cost.kernels import KernelModel
+from simulator.cost.terms import Interference
 from topologies.hardware import gpu_spec
 from validation.errors import TraceError
 from validation.kernel_evidence import KernelSample, WorkUnit, launch_gaps
@@ -176,7 +177,7 @@ def predicted_rows(
 ) -> dict[str, float]:
     """The kernel model's seconds per row for the same units (see module doc)."""
     rows = dict.fromkeys(ROWS, 0.0)
-    factors = model.interference
+    factors = model.interference or Interference()
     stretch = 0.0
     for u in units:
         if not (u.known and u.kind in KIND_ROWS):

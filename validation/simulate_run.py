@@ -60,7 +60,7 @@ def simulate_torch4d(
         calibration=calibration,
         gpu=topology.gpu_type,
     )
-    cost = CostModel(kernels, pricer, network, overlap_slowdown=kernels.interference)
+    cost = CostModel(kernels, pricer, network, overlap_slowdown=kernels.interference or 1.0)
     graph = build_torch4d_graph(spec)
     result = Engine(graph, topology, cost, mode="full", steady_state=False).run()
     sizes = {name: graph.groups[name].size for name in graph.groups}

@@ -4,9 +4,10 @@ Cases (validation/published/ holds the numbers and their sources):
 
 | group | published | simulated by | tolerance |
 |---|---|---|---|
-| perlmutter-* | AxoNN's sustained PFLOP/s, 512-4,096 GPUs | `axsim search`'s procedure (top 10) | 10% |
-| frontier-* | AxoNN's sustained PFLOP/s, 512-32,768 GCDs | `axsim search`'s procedure (top 10) | 10% |
-| frontier-overlap-* | time per batch as OAR, ORS, OAG are added (GPT-80B, 8,192 GCDs) | the search's best grid, flags removed | 10% |
+| perlmutter-* | AxoNN's sustained PFLOP/s, 512-4,096 GPUs | the paper's procedure (published model's top 10 simulated) | 10% (512: info, the paper's outlier) |
+| frontier-* | AxoNN's sustained PFLOP/s, 512-32,768 GCDs | the paper's procedure | 10% (16,384 and 32,768: 12%) |
+| split-frontier-* | Fig. 7: computation and non-overlapped communication, Kernel tuning and Coll. overlap, 512-8,192 GCDs | the paper's procedure without overlap, then its grid with OAR+ORS+OAG | 5% / 25% |
+| frontier-overlap-* | time per batch as OAR, ORS, OAG are added (GPT-80B, 8,192 GCDs) | the paper procedure's best grid, flags removed | 10% |
 | bw-* | AxoNN's measured group bandwidths (1 GB concurrent all-reduce) | `axsim collective` on 16 nodes | 30% |
 | nvswitch-* | 8-GPU all-reduce bus bandwidth and alpha (Vidur fit) | `axsim collective`, 1 GiB / 1 KiB | 15% / 50% |
 | pccl-* | Frontier / Perlmutter all-gather and reduce-scatter, 8-1,024 GPUs (PCCL logs), each under its library build; exclusions only by documented, counted rules | `axsim collective`, one group | median <= 20%, p90 <= 50% |
@@ -37,7 +38,7 @@ machine has a fit case (the rank counts its preset's terms were fitted on) and a
 prediction case (every other rank count); bound cases (pccl-*, curve-*) pass when the
 simulated error statistic is at most the bound, their "published" column.
 
-`--reduced` simulates only the analytical model's best grid (top 1) for the AxoNN
+`--reduced` simulates only the published analytical model's best grid (top 1) for the AxoNN
 cases instead of the top 10; every other case is unchanged (they take seconds).
 """
 
@@ -61,6 +62,7 @@ from validation.published import (
     source,
 )
 from validation.validate_collectives import collective_cases
+from validation.validate_split import split_cases
 
 VIDUR_GEMM_SOURCE = (
     "Vidur (microsoft/vidur) operator profiles data/profiling/compute/{a100,h100}/meta-llama/"
@@ -71,47 +73,49 @@ VALIDATE_TOP, REDUCED_TOP = 10, 1
 
 
 # ------------------------------------------------------------------ cases
+PAPER_TOLERANCE = {16384: 12.0, 32768: 12.0}  # issue 30: the two largest Frontier points
+OUTLIERS = {
+    ("perlmutter", 512): "an outlier by the paper's own account: 9.0 s against 7.4 s at "
+    "1,024 GPUs with the same work per GPU, which the paper puts down to run-to-run "
+    "variability from network congestion on Perlmutter; shown, never failed, no constant "
+    "chosen for it",
+}
+
+
 def _weak_scaling_cases(name: str, machine: str, points: list[Any]) -> list[Case]:
-    """AxoNN's weak-scaling points on one machine: `axsim search`'s procedure, compared as
-    sustained PFLOP/s (the detail line gives the compute / exposed-communication split)."""
-    cite, src = load_yaml(name)["cite"], source(name)
+    """AxoNN's weak-scaling points on one machine, like for like: the paper's own procedure
+    (the published model's top 10 simulated, the fastest kept), compared as sustained
+    PFLOP/s (the detail line gives the grid and the compute / exposed-communication split)."""
+    data = load_yaml(name)
+    cite, src, impl = data["cite"], source(name), data["implementation"]
 
     def make(p: Any) -> Case:
+        outlier = OUTLIERS.get((machine, p.gpus))
+
         def tasks(reduced: bool) -> list[Task]:
-            return [
-                task(
-                    "axonn_search",
-                    label=f"search {p.model} on {p.gpus}",
-                    machine=machine,
-                    gpus=p.gpus,
-                    model=p.model,
-                    top=REDUCED_TOP if reduced else VALIDATE_TOP,
-                    batch_tokens=None,
-                )
-            ]
+            return [_paper_task(machine, p.gpus, p.model, reduced, impl)]
 
         def value(res: list[Any]) -> tuple[float, str]:
             r = res[0]
             rep = r["report"]
             g = "x".join(str(v) for v in r["grid"])
-            cache = (r.get("weights") or {}).get("cached_layers")
             exposed = ", ".join(
                 f"{k} {v:.2f}" for k, v in rep["comm_time_by_group_s"].items() if v >= 0.005
             )
             return rep["pflops_total"], (
-                f"grid {g}{f' cache {cache}' if cache else ''} (model rank {r['model_rank']}/"
-                f"{r['candidates']}, top {r['top']} simulated), {rep['iteration_time_s']:.2f} s "
-                f"per batch (published {p.time_per_batch_s} s) = compute "
-                f"{rep['compute_time_s']:.2f} + exposed comm {rep['exposed_comm_time_s']:.2f}"
-                f"{f' ({exposed})' if exposed else ''}"
+                f"grid {g} (published model rank {r['model_rank']}, best of {r['top']} "
+                f"simulated), {rep['iteration_time_s']:.2f} s per batch (published "
+                f"{p.time_per_batch_s} s) = compute {rep['compute_time_s']:.2f} + exposed comm "
+                f"{rep['exposed_comm_time_s']:.2f}{f' ({exposed})' if exposed else ''}"
+                + (f"; {outlier}" if outlier else "")
             )
 
         return Case(
             f"{machine}-{p.gpus}-{p.model}",
-            "sustained PFLOP/s",
+            "sustained PFLOP/s (outlier: info)" if outlier else "sustained PFLOP/s",
             "PFLOP/s",
             p.pflops,
-            10.0,
+            None if outlier else PAPER_TOLERANCE.get(p.gpus, 10.0),
             cite,
             src,
             tasks,
@@ -119,6 +123,30 @@ def _weak_scaling_cases(name: str, machine: str, points: list[Any]) -> list[Case
         )
 
     return [make(p) for p in points]
+
+
+def _paper_task(
+    machine: str,
+    gpus: int,
+    model: str,
+    reduced: bool,
+    implementation: str,
+    overlap: list[str] | None = None,
+) -> Task:
+    """The paper's procedure at one point (its best grid only when reduced), with the
+    code version the authors ran there."""
+    extra: dict[str, Any] = {} if overlap is None else {"overlap": overlap}
+    return task(
+        "axonn_paper",
+        label=f"paper procedure {model} on {gpus} {machine}",
+        machine=machine,
+        gpus=gpus,
+        model=model,
+        top=REDUCED_TOP if reduced else VALIDATE_TOP,
+        batch_tokens=None,
+        implementation=implementation,
+        **extra,
+    )
 
 
 def _perlmutter_cases() -> list[Case]:
@@ -129,31 +157,24 @@ def _frontier_cases() -> list[Case]:
     return _weak_scaling_cases("axonn_frontier", "frontier", axonn_frontier())
 
 
-def _overlap_tasks(machine: str, gpus: int, model: str, reduced: bool) -> list[Task]:
-    """The search of one point (the paper's procedure, or its best grid only when
-    reduced) and the overlap steps simulated on its grid. At the full top the search is
-    the same task as the weak-scaling point's (same arguments), so it runs once."""
-    top = REDUCED_TOP if reduced else VALIDATE_TOP
-    search = task(
-        "axonn_search",
-        label=f"search {model} on {gpus} {machine}",
-        machine=machine,
-        gpus=gpus,
-        model=model,
-        top=top,
-        batch_tokens=None,
-    )
+def _overlap_tasks(
+    machine: str, gpus: int, model: str, reduced: bool, implementation: str
+) -> list[Task]:
+    """The paper's procedure at one point and the overlap steps simulated on its grid (the
+    procedure's task is the weak-scaling point's, so it runs once)."""
+    found = _paper_task(machine, gpus, model, reduced, implementation)
     overlap = task(
         "axonn_overlap",
-        deps=[search],
+        deps=[found],
         label="overlap steps",
         machine=machine,
         gpus=gpus,
         model=model,
-        top=top,
+        top=REDUCED_TOP if reduced else VALIDATE_TOP,
         batch_tokens=None,
+        implementation=implementation,
     )
-    return [search, overlap]
+    return [found, overlap]
 
 
 def _frontier_overlap_cases() -> list[Case]:
@@ -163,7 +184,7 @@ def _frontier_overlap_cases() -> list[Case]:
     cite, src = data["cite"], source("axonn_frontier_overlap")
 
     def tasks(reduced: bool) -> list[Task]:
-        return _overlap_tasks(machine, gpus, model, reduced)
+        return _overlap_tasks(machine, gpus, model, reduced, data["implementation"])
 
     def make(step: Any) -> Case:
         def value(res: list[Any]) -> tuple[float, str]:
@@ -324,7 +345,7 @@ def _overlap_case() -> Case:
     machine, gpus, model = data["assumed"]["machine"], data["assumed"]["gpus"], data["model"]
 
     def tasks(reduced: bool) -> list[Task]:
-        return _overlap_tasks(machine, gpus, model, reduced)
+        return _overlap_tasks(machine, gpus, model, reduced, data["implementation"])
 
     def value(res: list[Any]) -> tuple[float, str]:
         steps = res[1]["steps"]
@@ -355,6 +376,7 @@ def all_cases() -> list[Case]:
         *_perlmutter_cases(),
         *_frontier_cases(),
         *_frontier_overlap_cases(),
+        *split_cases(),
         *_bandwidth_cases(),
         *_nvswitch_cases(),
         *collective_cases(Case),

@@ -34,6 +34,15 @@ def register(app: click.Group) -> None:
         "simulating (default 40; 0: simulate the model's top K, the paper's procedure).",
     )
     @click.option(
+        "--procedure",
+        type=click.Choice(("axsim", "paper")),
+        default="axsim",
+        show_default=True,
+        help="axsim: axsim's own ranking, screening and simulation; paper: the SC'24 "
+        "paper's procedure, its published analytical model's top K (Megatron-AxoNN "
+        "examples/comm_model.py with its bandwidth tables) simulated.",
+    )
+    @click.option(
         "--bandwidths",
         type=click.Choice(("topology", "paper")),
         default="topology",
@@ -61,6 +70,7 @@ def register(app: click.Group) -> None:
         seq_len: int | None,
         top: int,
         screen: int | None,
+        procedure: str,
         bandwidths: str,
         network: str | None,
         calibration: str | None,
@@ -81,14 +91,21 @@ def register(app: click.Group) -> None:
         )
         cfg = resolve_config(config, "axonn", flags, sets)
         label = f"simulating the {top} most promising grids"
-        with count_bar(progress, label, "grids") as bar:
-            outcome = search(
-                cfg,
-                top,
-                DEFAULT_SCREEN if screen is None else screen,
-                bandwidths,
-                None if bar is None else lambda done, n: bar(label, done, n),
+        if procedure == "paper" and (screen is not None or bandwidths != "topology"):
+            raise ConfigError(
+                "--procedure paper ranks with the published model and its own bandwidth "
+                "table: --screen and --bandwidths do not apply"
             )
+        with count_bar(progress, label, "grids") as bar:
+            tick = None if bar is None else lambda done, n: bar(label, done, n)
+            if procedure == "paper":
+                from simulator.search.procedure import paper_procedure
+
+                outcome = paper_procedure(cfg, top, tick)
+            else:
+                outcome = search(
+                    cfg, top, DEFAULT_SCREEN if screen is None else screen, bandwidths, tick
+                )
         ranked, best = outcome.candidates, outcome.best
         n = cfg.cluster.num_gpus
         from topologies.hardware import gpu_spec
@@ -112,7 +129,12 @@ def register(app: click.Group) -> None:
         from simulator.outputs.render import render_report, stdout_console
 
         table = Table(
-            title=f"AxoNN grids for {cfg.model.name} on {n} {gpu.name} GPUs ({bandwidths} bandwidths)"
+            title=f"AxoNN grids for {cfg.model.name} on {n} {gpu.name} GPUs "
+            + (
+                "(the paper's procedure: published model's order)"
+                if procedure == "paper"
+                else f"({bandwidths} bandwidths)"
+            )
         )
         for col in (
             "model rank",

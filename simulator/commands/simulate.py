@@ -179,9 +179,9 @@ def register(app: click.Group) -> None:
         progress: bool,
     ) -> None:
         """Simulate one training iteration (no arguments: GPT-80B on 1,024 Perlmutter GPUs)."""
-        from simulator.api import simulate
         from simulator.outputs.files import make_out_dir, parse_trace_ranks, write_outputs
         from simulator.outputs.render import progress_bar, render_report
+        from simulator.search.automatic import simulate_best_of
 
         flags = flag_overrides(
             machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration
@@ -201,7 +201,8 @@ def register(app: click.Group) -> None:
             make_out_dir(out_dir)
             parse_trace_ranks(trace_ranks, cfg.cluster.num_gpus or 1 << 62)
         with progress_bar(progress) as bar:
-            result = simulate(cfg, progress=bar)
+            # without a grid, the static choice's best few are simulated, the fastest kept
+            result = simulate_best_of(cfg, progress=bar)
         report = result.report
         if out_dir:
             ranks = parse_trace_ranks(trace_ranks, result.engine.timeline.world_size)

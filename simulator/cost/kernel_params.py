@@ -34,8 +34,10 @@ class KernelParams:
     branch and source gave it). `tiles` are the candidate GEMM output tiles (rows, cols)
     the model chooses among, as cuBLAS and hipBLASLt heuristics roughly do;
     `tile_intensity_knee` sets how much less efficient a small tile is than the largest
-    one (see gemm.py). `interference_compute` / `interference_memory` stretch the part of
-    a compute-bound (GEMM, attention) / memory-bound kernel that runs beside a collective.
+    one (see gemm.py). `interference_compute` / `interference_memory`, where a defaults
+    file or a transfer fixes them, stretch the part of a compute-bound (GEMM, attention)
+    / memory-bound kernel that runs beside a collective; None (the GPU presets): the
+    mechanism of simulator/cost/interference.py prices it instead.
     """
 
     gemm_peak_fraction: float
@@ -43,8 +45,8 @@ class KernelParams:
     launch_overhead_s: float
     min_kernel_s: float
     vector_peak_fraction: float
-    interference_compute: float
-    interference_memory: float
+    interference_compute: float | None
+    interference_memory: float | None
     cpu_issue_compute_s: float
     cpu_issue_collective_s: float
     dtype_peak_scale: Mapping[int, float]
@@ -59,8 +61,9 @@ class KernelParams:
     gemm_split_k: tuple[int, ...] = (1,)
 
     @property
-    def overlap_slowdown(self) -> float:
-        """The compute-bound interference factor (the single factor of older versions)."""
+    def overlap_slowdown(self) -> float | None:
+        """The compute-bound interference factor (the single factor of older versions);
+        None where the mechanism prices interference."""
         return self.interference_compute
 
 
@@ -149,8 +152,6 @@ def _params_from_mapping(
         "launch_overhead_s": _positive(d, "launch_overhead_us", where, allow_zero=True) * us,
         "min_kernel_s": _positive(d, "min_kernel_us", where, allow_zero=True) * us,
         "vector_peak_fraction": _positive(d, "vector_peak_fraction", where),
-        "interference_compute": _at_least_one(interference, "compute", iwhere),
-        "interference_memory": _at_least_one(interference, "memory", iwhere),
         "sustained_clock_fraction": _positive(d, "sustained_clock_fraction", where),
         "cpu_issue_compute_s": _positive(
             d.get("cpu_issue_us") or {}, "compute", f"{where} cpu_issue_us", allow_zero=True
@@ -178,7 +179,12 @@ def _params_from_mapping(
         ) from exc
     if not splits or any(x < 1 for x in splits):
         raise CostModelError(f"kernel defaults {where}: field 'gemm.split_k' needs splits >= 1")
+    # absent: None, the interference mechanism prices it (simulator/cost/interference.py)
+    compute = _at_least_one(interference, "compute", iwhere) if interference else None
+    memory = _at_least_one(interference, "memory", iwhere) if interference else None
     return KernelParams(
+        interference_compute=compute,
+        interference_memory=memory,
         gemm_split_k=splits,
         gemm_peak_fraction=fraction,
         gemm_peak_rule=rule,

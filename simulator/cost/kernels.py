@@ -152,13 +152,19 @@ class KernelModel:
         return _fitted(r.issue_collective_s, p.cpu_issue_collective_s)
 
     @property
-    def interference(self) -> Interference:
-        """Stretch factors of compute-bound and memory-bound kernels under overlapping
-        communication: the calibration's (fitted on this GPU's traces), else the preset's.
-        A file with only the single factor of older versions (`overlap_slowdown`) meant
-        "compute stretches by this much", and it still applies to every kernel."""
+    def interference(self) -> Interference | None:
+        """Fixed stretch factors of compute-bound and memory-bound kernels under
+        overlapping communication: the calibration's (fitted on this GPU's traces), else
+        the preset's where it fixes them; None: the mechanism (simulator/cost/
+        interference.py) prices it. A file with only the single factor of older versions
+        (`overlap_slowdown`) meant "compute stretches by this much", and it still
+        applies to every kernel."""
         p = self.params
-        preset = Interference(p.interference_compute, p.interference_memory)
+        preset = (
+            None
+            if p.interference_compute is None or p.interference_memory is None
+            else Interference(p.interference_compute, p.interference_memory)
+        )
         gcal = self.calibration.for_gpu(self.spec.name) if self.calibration else None
         if gcal is None:
             return preset
@@ -167,14 +173,35 @@ class KernelModel:
             if gcal.overlap_slowdown is not None:
                 return Interference.uniform(gcal.overlap_slowdown)
             return preset
+        base = preset or Interference()
         return Interference(
-            _fitted(fitted.compute, preset.compute), _fitted(fitted.memory, preset.memory)
+            _fitted(fitted.compute, base.compute), _fitted(fitted.memory, base.memory)
         )
 
     @property
-    def overlap_slowdown(self) -> float:
-        """The compute-bound interference factor (older single-factor interface)."""
-        return self.interference.compute
+    def overlap_slowdown(self) -> float | None:
+        """The compute-bound interference factor (older single-factor interface); None
+        where the mechanism prices interference."""
+        i = self.interference
+        return None if i is None else i.compute
+
+    def efficiency_on(self, m: int, n: int, k: int, batch: int, sm_count: int) -> float:
+        """The GEMM curve's efficiency of a shape on `sm_count` SMs/CUs (the ones a
+        collective beside it leaves; simulator/cost/interference.py)."""
+        p = self.params
+        return float(
+            gemm_efficiency(
+                m,
+                n,
+                k,
+                batch,
+                sm_count=sm_count,
+                tiles=p.gemm_tiles,
+                tile_intensity_knee=p.gemm_tile_intensity_knee,
+                k_ramp=p.gemm_k_ramp,
+                splits=p.gemm_split_k,
+            )
+        )
 
     def peak_for_dtype(self, dtype_bytes: int) -> float:
         """P scaled to a dtype's tensor-core rate (fp8/int8, bf16/fp16, fp32/TF32)."""
@@ -398,8 +425,8 @@ class KernelModel:
             else f"{p.hbm_efficiency:g} x {self.spec.hbm_bandwidth_Bps / 1e9:g} GB/s spec",
             "launch_gap_us": self.launch_overhead_s * 1e6,
             "min_kernel_us": self.min_kernel_s * 1e6,
-            "interference_compute": i.compute,
-            "interference_memory": i.memory,
+            "interference_compute": None if i is None else i.compute,
+            "interference_memory": None if i is None else i.memory,
             "calibrated": self.calibration is not None,
         }
 

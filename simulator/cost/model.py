@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from simulator.cost.interference import HardwareQueues, InterferenceModel
 from simulator.cost.terms import Interference
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer
@@ -48,17 +49,24 @@ class RooflineKernels:
 
 @dataclass
 class CostModel:
-    """Kernel timer + collective pricer + network fidelity + overlap slowdown (one factor,
-    or an Interference with one factor per kernel class)."""
+    """Kernel timer + collective pricer + network fidelity + how compute and communication
+    interfere: the mechanism (`interference`, simulator/cost/interference.py) or, where a
+    user or a calibration fixes it, a factor (`overlap_slowdown`: one, or one per kernel
+    class); and the runtime's hardware queues (`queues`: which communicator streams run
+    between compute kernels instead of beside them; None: none do)."""
 
     kernels: KernelTimer
     pricer: CollectivePricer
     network: str = "contention"
     overlap_slowdown: float | Interference = 1.0
+    interference: InterferenceModel | None = None
+    queues: HardwareQueues | None = None
 
     @property
     def stretches_overlap(self) -> bool:
         """Whether compute that overlaps communication is stretched at all."""
+        if self.interference is not None:
+            return True
         s = self.overlap_slowdown
         return s.active if isinstance(s, Interference) else s != 1.0
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from itertools import accumulate, compress
+from itertools import accumulate, compress, pairwise
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.cost.model import KernelTimer
 from simulator.cost.terms import Interference
@@ -26,6 +26,9 @@ from workloads.ops import (
     SendOp,
     WaitOp,
 )
+
+if TYPE_CHECKING:
+    from simulator.cost.interference import Footprint
 
 PS_PER_S = 10**12
 
@@ -55,6 +58,25 @@ CommEstimate = Callable[[CommInfo, int], float]
 """Estimated isolated duration (s) of a rank's communication op, for overlap accounting;
 the second argument is the op's compiled kind (COLL, SEND or RECV: a receive moves bytes
 from its peer to this rank, so it is priced in that direction)."""
+
+CommLoad = Callable[[CommInfo, int], "Footprint"]
+"""What a rank's communication op occupies on its GPU while it runs (blocks, HBM)."""
+
+StretchFn = Callable[[ComputeOp, list["Footprint"], float], float]
+"""How many times longer a compute op runs beside these resident collectives (the third
+argument: its duration alone, in seconds)."""
+
+
+@dataclass(frozen=True)
+class Interplay:
+    """How communication and compute of one rank interact (simulator/cost/interference.py):
+    `load` and `stretch` price the mechanism's stretch of compute beside collectives;
+    `serial` names the communicator streams whose hardware queue is the compute
+    stream's, so their collectives run between compute kernels, not beside them."""
+
+    load: CommLoad | None = None
+    stretch: StretchFn | None = None
+    serial: frozenset[str] = frozenset()
 
 
 @dataclass(eq=False)
@@ -99,11 +121,15 @@ def compile_program(
     overlap_slowdown: float | Interference = 1.0,
     duration_cache: dict[object, int] | None = None,
     comm_estimate: CommEstimate | None = None,
+    interplay: Interplay | None = None,
 ) -> CompiledProgram:
     """Compile `program`; compute durations come from `kernels`, scaled by `slowdown`
     (a straggler's factor); the part of a compute op that overlaps this rank's
     communication (estimated statically, see `estimate_overlap`) is stretched by
-    `overlap_slowdown` (one factor, or per kernel class)."""
+    `overlap_slowdown` (one factor, or per kernel class), or, with `interplay.stretch`,
+    by the mechanism's stretch of what overlaps it. Collectives on `interplay.serial`
+    streams hold the compute kernels issued after them (a shared hardware queue)."""
+    ip = interplay or Interplay()
     cache = duration_cache if duration_cache is not None else {}
     stream_index: dict[str, int] = {}
     counts: dict[object, int] = {}  # ordinal counters: per group, per (group, direction, peer)
@@ -141,8 +167,16 @@ def compile_program(
         n = counts.get(counter, 0)
         counts[counter] = n + 1
         comms[i] = CommInfo(group, n, ckind, nbytes, root, algorithm, peer)
-    overlap = estimate_overlap(program, kinds, base, comms, comm_estimate)
-    stretch = _stretch(program, overlap, overlap_slowdown)
+    serial = _serial_ops(program, kinds, ip.serial)
+    if serial:
+        _hold_compute(program, kinds, deps, serial)
+    if ip.stretch is not None and ip.load is not None:
+        overlap, stretch = estimate_loaded_overlap(
+            program, kinds, base, comms, comm_estimate, ip.load, ip.stretch, serial
+        )
+    else:
+        overlap = estimate_overlap(program, kinds, base, comms, comm_estimate, serial)
+        stretch = _stretch(program, overlap, overlap_slowdown)
     durs = [d + x for d, x in zip(base, stretch, strict=True)] if any(stretch) else base
     launch = getattr(kernels, "launch_overhead_s", 0.0)
     stream_ops: list[list[int]] = [[] for _ in stream_index]
@@ -237,12 +271,35 @@ def _stretch(program: Program, overlap_s: list[float], factors: float | Interfer
     return [to_ps(extra * o) if o > 0 and extra != 0.0 else 0 for o in overlap_s]
 
 
+def _serial_ops(program: Program, kinds: list[int], streams: frozenset[str]) -> frozenset[int]:
+    """Communication ops issued on a stream that shares the compute stream's queue."""
+    if not streams:
+        return frozenset()
+    ops = program.ops
+    return frozenset(i for i, k in enumerate(kinds) if k >= COLL and ops[i].stream in streams)
+
+
+def _hold_compute(
+    program: Program, kinds: list[int], deps: list[tuple[int, ...]], serial: frozenset[int]
+) -> None:
+    """The first compute op issued after a serialised collective waits for it: on a shared
+    hardware queue every dispatch drains the packets before it (AQL barrier bit)."""
+    pending: list[int] = []
+    for i, k in enumerate(kinds):
+        if i in serial:
+            pending.append(i)
+        elif k == COMPUTE and pending:
+            deps[i] = (*deps[i], *pending)
+            pending = []
+
+
 def estimate_overlap(
     program: Program,
     kinds: list[int],
     base_ps: list[int],
     comms: list[CommInfo | None],
     comm_estimate: CommEstimate | None,
+    serial: frozenset[int] = frozenset(),
 ) -> list[float]:
     """Seconds of each compute op that run while a communication op of the same rank is
     in flight, estimated on the compute stream's own clock.
@@ -280,8 +337,92 @@ def estimate_overlap(
             end = start + dur
             stream_free[op.stream] = end
             end_of[i] = end
+            if i in serial:  # runs between compute kernels: the clock waits for it
+                clock = max(clock, end) if end != float("inf") else clock
+                continue
             inflight.append((start, end))
     return out
+
+
+def estimate_loaded_overlap(
+    program: Program,
+    kinds: list[int],
+    base_ps: list[int],
+    comms: list[CommInfo | None],
+    comm_estimate: CommEstimate | None,
+    load: CommLoad,
+    stretch: StretchFn,
+    serial: frozenset[int] = frozenset(),
+) -> tuple[list[float], list[int]]:
+    """`estimate_overlap` with the mechanism: per compute op its overlapped seconds and
+    its extra picoseconds, the integral over its span of (stretch of the collectives
+    resident at each instant - 1). The replay is the same; collectives of unknown
+    duration (no estimate) count as resident until waited."""
+    n = len(program.ops)
+    out = [0.0] * n
+    extra = [0] * n
+    clock = 0.0
+    end_of: dict[int, float] = {}
+    stream_free: dict[str, float] = {}
+    inflight: list[tuple[float, float, Footprint]] = []
+    ops = program.ops
+    for i, op in enumerate(ops):
+        k = kinds[i]
+        if k == COMPUTE:
+            d = base_ps[i] / PS_PER_S
+            lo, hi = clock, clock + d
+            if inflight:
+                inflight = [x for x in inflight if x[1] > lo]
+                if inflight:
+                    assert isinstance(op, ComputeOp)
+                    out[i], add = _loaded(op, lo, hi, inflight, stretch)
+                    extra[i] = to_ps(add)
+            clock = hi
+        elif k == WAIT:
+            assert isinstance(op, WaitOp)
+            clock = max(clock, end_of.get(op.target, clock))
+        else:
+            info = comms[i]
+            assert info is not None
+            start = max(clock, stream_free.get(op.stream, 0.0))
+            dur = comm_estimate(info, k) if comm_estimate is not None else float("inf")
+            end = start + dur
+            stream_free[op.stream] = end
+            end_of[i] = end
+            if i in serial:
+                clock = max(clock, end) if end != float("inf") else clock
+                continue
+            fp = load(info, k)
+            if fp.blocks or fp.hbm_Bps:
+                inflight.append((start, end, fp))
+    return out, extra
+
+
+def _loaded(
+    op: ComputeOp,
+    lo: float,
+    hi: float,
+    intervals: list[tuple[float, float, Footprint]],
+    stretch: StretchFn,
+) -> tuple[float, float]:
+    """(covered seconds, extra seconds) of [lo, hi) under the resident collectives: the
+    span is cut where the resident set changes and each piece stretched by its set."""
+    cuts = sorted(
+        {lo, hi, *(a for a, _, _ in intervals if lo < a < hi)}
+        | {b for _, b, _ in intervals if lo < b < hi}
+    )
+    covered = added = 0.0
+    cache: dict[tuple[int, ...], float] = {}
+    for a, b in pairwise(cuts):
+        live = tuple(j for j, (s, e, _) in enumerate(intervals) if s <= a and e >= b)
+        if not live:
+            continue
+        covered += b - a
+        f = cache.get(live)
+        if f is None:
+            f = cache[live] = stretch(op, [intervals[j][2] for j in live], hi - lo)
+        added += (b - a) * (f - 1.0)
+    return covered, added
 
 
 def _covered(lo: float, hi: float, intervals: list[tuple[float, float]]) -> float:

@@ -28,6 +28,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import simpy
 
+from simulator.cost.interference import (
+    NO_FOOTPRINT,
+    Footprint,
+    comm_stream_order,
+    stream_setup,
+)
 from simulator.cost.model import CostModel
 from simulator.engine.compiled import (
     COLL,
@@ -36,6 +42,7 @@ from simulator.engine.compiled import (
     SEND,
     WAIT,
     CommInfo,
+    Interplay,
     compile_program,
 )
 from simulator.engine.modes import RankView, choose_view
@@ -64,7 +71,7 @@ from simulator.outputs.timeline import Timeline
 from topologies.positions import node_position_classes
 from topologies.rows import distinct_count, unique_rows
 from topologies.types import Topology
-from workloads.graph import OpGraph
+from workloads.graph import OpGraph, Program
 
 ProgressFn = Callable[[int, int, float], None]
 """progress(ops_done, ops_total, simulated_time_s)."""
@@ -206,6 +213,10 @@ class Engine:
             raise EngineError("placement must map ranks to distinct GPUs of the topology")
         self.steady_state = steady_state
         self.progress = progress
+        # isolated estimates of each rank's communication ops (overlap, footprints)
+        self._estimates: dict[int, dict[tuple[object, ...], float]] = {}
+        # per simulated rank, the communicator streams sharing the compute stream's queue
+        self.serialised: dict[int, frozenset[str]] = {}
 
     # ------------------------------------------------------------------- run
     def run(self) -> EngineResult:
@@ -245,13 +256,17 @@ class Engine:
             prog = unrolled.get((pidx, factor))
             if prog is None:
                 program = self.graph.programs[pidx]
+                interplay = self._interplay(rep, program)
                 cp = compile_program(
                     program,
                     self.cost.kernels,
                     factor,
                     self.cost.overlap_slowdown,
                     durations,
-                    self._comm_estimator(rep) if self.cost.stretches_overlap else None,
+                    self._comm_estimator(rep)
+                    if self.cost.stretches_overlap or interplay is not None
+                    else None,
+                    interplay,
                 )
                 prog = Unrolled(cp, find_regions(program, cp))
                 prog.work = self.work
@@ -284,22 +299,61 @@ class Engine:
             self._watch_next(None)
         self.setup_time_s = time.perf_counter() - t0
 
-    def _comm_estimator(self, rank: int):
-        """Isolated duration estimates of `rank`'s communication ops (for overlap), cached
-        by what they depend on (not the ordinal)."""
+    def _interplay(self, rank: int, program: Program) -> Interplay | None:
+        """How `rank`'s communication and compute interact on its GPU (see
+        simulator/cost/interference.py): the mechanism's stretch, where no fixed factor
+        replaces it, and the communicator streams the hardware serialises with compute."""
+        cost = self.cost
+        serial: frozenset[str] = frozenset()
+        if cost.queues is not None:
+            setup = stream_setup(self.graph.metadata)
+            serial = cost.queues.serialised(comm_stream_order(program), setup)
+            if serial:
+                self.serialised[rank] = serial
+        mech = cost.interference
+        if mech is None:
+            return Interplay(serial=serial) if serial else None
+        return Interplay(self._comm_footprint(rank), mech.stretch, serial)
+
+    def _comm_footprint(self, rank: int):
+        """What each of `rank`'s communication ops occupies on its GPU (the mechanism's
+        footprint of the slowest bundle, at its estimated isolated duration)."""
+        mech = self.cost.interference
+        assert mech is not None
+        estimate = self._comm_estimator(rank)
+        bundles_of = self._comm_bundles(rank)
+        pricer = self.cost.pricer
+        cache: dict[tuple[object, ...], Footprint] = {}
+
+        def load(info: CommInfo, kind: int) -> Footprint:
+            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer)
+            got = cache.get(ck)
+            if got is None:
+                seconds = estimate(info, kind)
+                bundles = bundles_of(info, kind)
+                if not bundles:
+                    got = NO_FOOTPRINT
+                else:
+                    b = max(
+                        bundles, key=lambda x: pricer.estimate_time_s(x, info.nbytes, info.kind)
+                    )
+                    proto = pricer.plan(b, info.kind, info.nbytes, True).protocol
+                    got = mech.footprint(
+                        info.kind, info.nbytes, b.group_size, b.tier, proto, seconds
+                    )
+                cache[ck] = got
+            return got
+
+        return load
+
+    def _comm_bundles(self, rank: int):
+        """The bundles pricing `rank`'s communication op, every instance of its group kind
+        at once (as in a lockstep iteration), alike in both engine modes."""
         pricer = self.cost.pricer
         view = self.view
-        cache: dict[tuple[object, ...], float] = {}
 
-        def estimate(info: CommInfo, kind: int) -> float:
-            """`kind`: the op's compiled kind (a RECV moves bytes from the peer here)."""
+        def bundles(info: CommInfo, kind: int):
             recv = kind == RECV
-            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer, recv)
-            got = cache.get(ck)
-            if got is not None:
-                return got
-            # every instance of the group kind at once (as in a lockstep iteration), the same
-            # in both engine modes so both stretch the same ops
             gv = view.groups[info.group]
             if info.peer >= 0:
                 own = int(gv.position_of[rank])
@@ -309,9 +363,27 @@ class Engine:
             else:
                 rows = self._group_gpus(info.group)
                 key = (info.group, "all")
-            bundles = pricer.bundles(info.kind, rows, info.nbytes, info.root, info.algorithm, key)
+            return pricer.bundles(info.kind, rows, info.nbytes, info.root, info.algorithm, key)
+
+        return bundles
+
+    def _comm_estimator(self, rank: int):
+        """Isolated duration estimates of `rank`'s communication ops (for overlap), cached
+        by what they depend on (not the ordinal)."""
+        pricer = self.cost.pricer
+        bundles_of = self._comm_bundles(rank)
+        cache = self._estimates.setdefault(rank, {})
+
+        def estimate(info: CommInfo, kind: int) -> float:
+            """`kind`: the op's compiled kind (a RECV moves bytes from the peer here)."""
+            recv = kind == RECV
+            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer, recv)
+            got = cache.get(ck)
+            if got is not None:
+                return got
             got = max(
-                (pricer.estimate_time_s(b, info.nbytes, info.kind) for b in bundles), default=0.0
+                (pricer.estimate_time_s(b, info.nbytes, info.kind) for b in bundles_of(info, kind)),
+                default=0.0,
             )
             cache[ck] = got
             return got

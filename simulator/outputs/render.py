@@ -89,8 +89,8 @@ def render_report(report: Report, console: Console | None = None) -> None:
             "kernel model",
             escape(
                 f"GEMM {kt['gemm_peak_tflops']:.0f} TFLOP/s, HBM {kt['hbm_GBps']:.0f} GB/s, "
-                f"launch gap {kt['launch_gap_us']:.1f} us, interference x"
-                f"{kt['interference_compute']:.2f} / x{kt['interference_memory']:.2f}"
+                f"launch gap {kt['launch_gap_us']:.1f} us, interference "
+                + _interference_text(kt)
                 + (" (calibrated)" if kt.get("calibrated") else "")
             ),
         )
@@ -231,3 +231,17 @@ def count_bar(enabled: bool, label: str, unit: str) -> Iterator[CountFn | None]:
             bar.update(task, description=description, completed=done, total=max(total, 1))
 
         yield update
+
+
+def _interference_text(kt: dict[str, object]) -> str:
+    """How overlap stretches compute: fixed factors, or the mechanism's terms."""
+    c, m = kt.get("interference_compute"), kt.get("interference_memory")
+    if isinstance(c, int | float) and isinstance(m, int | float):
+        return f"x{c:.2f} / x{m:.2f}"
+    mech = kt.get("interference")
+    if isinstance(mech, dict) and isinstance(mech.get("mechanism"), dict):
+        d = mech["mechanism"]
+        ch = d.get("ring_channels") or {}
+        chans = "/".join(str(v) for v in ch.values()) if isinstance(ch, dict) else "?"
+        return f"{d.get('library')} {chans} blocks of {d.get('sm_count')} SMs/CUs"
+    return "none"

@@ -13,25 +13,94 @@ The replay follows the engine's rules on one rank (as its compile-time overlap e
 does, simulator/engine/compiled.py `estimate_overlap`): compute advances the compute
 stream's clock, never before the host has issued the op; a communication op starts when
 its stream is free and the clock has reached it; a wait moves the clock to the awaited
-op's end. A segment that stands for r identical microbatches advances the clock r times
-its own span.
+op's end; a collective on a stream that shares the compute stream's hardware queue
+(`serial`, simulator/cost/interference.py) holds the clock until it ends. A segment that
+stands for r identical microbatches advances the clock r times its own span.
+
+What a collective costs: `PricedComm` prices it as the engine prices one alone, on the
+run's own machine at the group's real size with every instance of its group kind at once
+(launch and protocol latencies, a latency per ring step, node crossings, the instances'
+flows sharing links), so a ring over 2,048 GCDs pays its 2,047 steps and sixteen rings
+sharing a node's NICs share them; the analytical price (bus factor x bytes / beta, no
+latency) is what `--bandwidths paper` asks for. The screen prices all-reduces as rings
+(where NCCL's tuner picks a tree it is because the tree is faster, so the estimate is an
+upper bound there): binding trees on 32,768 GPUs would cost seconds per layout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from simulator.cost.model import KernelTimer
 from simulator.engine.compiled import CommInfo
 from workloads.graph import Program, Segment
 from workloads.ops import CollectiveKind, CollectiveOp, ComputeOp, RecvOp, SendOp, WaitOp
 
+if TYPE_CHECKING:
+    from simulator.network.pricing import CollectivePricer
+    from workloads.groups import ProcessGroups
+
 CommTime = Callable[[CommInfo], float]
 """Seconds one communication op takes alone (its analytical time on its group)."""
 
 
-def replay_iteration_s(program: Program, kernels: KernelTimer, comm_time: CommTime) -> float:
-    """Estimated iteration time (s) of `program` on one rank."""
+SCREEN_ALGORITHM = "ring"
+
+
+class PricedComm:
+    """Collectives priced by the run's collective pricer, every instance of the group kind
+    at once (see the module docstring); one per machine, shared by every screened grid
+    (bound layouts and prices are cached by the group's instance table)."""
+
+    def __init__(self, pricer: CollectivePricer, algorithm: str | None = None):
+        self.pricer = pricer
+        self.algorithm = algorithm  # a fixed engine.collective_algorithm, else rings
+        self._times: dict[tuple[Hashable, ...], float] = {}
+
+    def for_groups(self, groups: ProcessGroups) -> CommTime:
+        """The price of one rank's communication ops under these process groups."""
+        keys: dict[str, tuple[object, ...]] = {}
+
+        def table_key(name: str) -> tuple[object, ...]:
+            k = keys.get(name)
+            if k is None:
+                m = np.ascontiguousarray(groups[name].members)
+                k = keys[name] = ("screen", m.shape, hash(m.tobytes()))
+            return k
+
+        def time_s(info: CommInfo) -> float:
+            if info.peer >= 0:  # AxoNN issues no point-to-point transfers
+                raise ValueError("PricedComm prices collectives only")
+            tk = table_key(info.group)
+            algo = info.algorithm or self.algorithm or SCREEN_ALGORITHM
+            ck = (tk, info.kind, info.nbytes, info.root, algo)
+            got = self._times.get(ck)
+            if got is None:
+                members = groups[info.group].members
+                bundles = self.pricer.bundles(
+                    info.kind, members, info.nbytes, info.root, algo, (*tk, algo)
+                )
+                got = max(
+                    (self.pricer.estimate_time_s(b, info.nbytes, info.kind) for b in bundles),
+                    default=0.0,
+                )
+                self._times[ck] = got
+            return got
+
+        return time_s
+
+
+def replay_iteration_s(
+    program: Program,
+    kernels: KernelTimer,
+    comm_time: CommTime,
+    serial: frozenset[str] = frozenset(),
+) -> float:
+    """Estimated iteration time (s) of `program` on one rank; collectives on `serial`
+    streams run between compute kernels (a shared hardware queue)."""
     issue_fn = getattr(kernels, "issue_s", None)
     opening = {s.start: s for s in program.segments if s.repeat > 1}
     open_seg: Segment | None = None
@@ -69,6 +138,8 @@ def replay_iteration_s(program: Program, kernels: KernelTimer, comm_time: CommTi
         end = start + comm_time(info)
         stream_free[op.stream] = end
         end_of[i] = end
+        if op.stream in serial:
+            clock = end
     return max([clock, *stream_free.values()])
 
 

@@ -52,6 +52,8 @@ from workloads.run import divisors
 
 if TYPE_CHECKING:
     from simulator.engine.compiled import CommInfo
+    from simulator.search.estimate import PricedComm
+    from topologies.types import Topology
 
 DEFAULT_SCREEN = 40  # candidates replayed statically (stage 2), a few seconds at 32,768 GPUs
 
@@ -201,6 +203,31 @@ def _candidate(
     )
 
 
+def feasible_candidate(
+    spec: TransformerSpec,
+    grid: Grid,
+    params: AxonnParallel,
+    training: TrainingSetup,
+    gpu: GpuSpec,
+    bandwidth: BandwidthFn,
+) -> Candidate | None:
+    """The grid as a candidate with the microbatch `simulate` would pick (the largest that
+    fits), or None when the grid is invalid for the model or its smallest microbatch
+    does not fit in memory."""
+    try:
+        per_gpu = check_grid(spec, grid, params, training, grid.size)
+    except WorkloadError:
+        return None
+    if memory_for(spec, grid, params, training, 1).total > gpu.memory_bytes:
+        return None
+    mbs = training.microbatch_sequences or choose_microbatch(
+        spec, grid, params, training, per_gpu, gpu.memory_bytes
+    )
+    if per_gpu % mbs:
+        return None
+    return _candidate(spec, grid, params, training, mbs, per_gpu // mbs, bandwidth)
+
+
 def rank_grids(
     spec: TransformerSpec,
     params: AxonnParallel,
@@ -260,11 +287,17 @@ def screen_candidates(
     screen: int,
     bandwidth: BandwidthFn,
     gpu: GpuSpec,
+    priced: PricedComm | None = None,
 ) -> list[Candidate]:
     """Replay the first `screen` candidates' programs statically and put them in the order
-    of their estimated iteration time (the rest follow in the model's order)."""
+    of their estimated iteration time (the rest follow in the model's order). Collectives
+    cost `priced`'s price (the run's pricer, every instance at once) or, without it, the
+    analytical one on `bandwidth`; communicators sharing the compute stream's hardware
+    queue hold compute as the engine makes them (simulator/cost/interference.py)."""
+    from simulator.cost.interference import comm_stream_order, serialised_streams, stream_setup
     from simulator.plan import training_setup
     from simulator.search.estimate import replay_iteration_s
+    from workloads.axonn.grid import axonn_groups
 
     if screen <= 0 or not candidates:
         return candidates
@@ -272,15 +305,47 @@ def screen_candidates(
     base = config.parallel
     assert isinstance(base, AxonnParallel)
     spec, training = config.model.spec(), training_setup(config)
+    machine = config.cluster.machine
     head, tail = candidates[:screen], candidates[screen:]
     estimated = []
     for c in head:
         graph = build_axonn_workload(spec, c.params(base), c.grid, training, c.microbatch_sequences)
-        t = replay_iteration_s(graph.programs[0], kernels, analytical_comm_time(c.grid, bandwidth))
+        program = graph.programs[0]
+        serial = serialised_streams(
+            comm_stream_order(program), gpu.vendor, stream_setup(graph.metadata), machine
+        )
+        comm = (
+            priced.for_groups(axonn_groups(c.grid))
+            if priced is not None
+            else analytical_comm_time(c.grid, bandwidth)
+        )
+        t = replay_iteration_s(program, kernels, comm, serial)
         estimated.append(replace(c, estimated_iteration_time_s=t))
     estimated.sort(key=lambda c: (c.estimated_iteration_time_s, c.model_rank))
     estimated = [replace(c, estimated_rank=i + 1) for i, c in enumerate(estimated)]
     return estimated + tail
+
+
+def priced_comm(config: ExperimentConfig, topology: Topology | None = None) -> PricedComm:
+    """The run's collective pricer on its machine (built here unless given), for the
+    screen's `PricedComm`."""
+    from simulator.build import build_topology
+    from simulator.cost.calibration import load_calibration
+    from simulator.network.params import network_params_for
+    from simulator.network.pricing import CollectivePricer
+    from simulator.search.estimate import PricedComm
+
+    topo = topology if topology is not None else build_topology(config.cluster)
+    calibration = load_calibration(config.engine.calibration) if config.engine.calibration else None
+    algorithm = config.engine.collective_algorithm
+    pricer = CollectivePricer(
+        topo,
+        network_params_for(topo),
+        algorithm,
+        calibration=calibration,
+        gpu=config.cluster.gpu or topo.gpu_type,
+    )
+    return PricedComm(pricer, None if algorithm == "auto" else algorithm)
 
 
 def _kernel_model(config: ExperimentConfig, gpu: GpuSpec) -> Any:

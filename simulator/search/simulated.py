@@ -17,6 +17,7 @@ from simulator.search.grids import (
     DEFAULT_SCREEN,
     Candidate,
     bandwidth_provider,
+    priced_comm,
     rank_grids,
     screen_candidates,
     search_training,
@@ -102,6 +103,7 @@ def search(
         raise ConfigError(
             f"no valid, memory-feasible AxoNN grid for {config.model.name} on {n} GPUs"
         )
-    screened = screen_candidates(config, ranked, max(screen, 0), bw, gpu)
+    priced = priced_comm(config) if bandwidths == "topology" and screen > 0 else None
+    screened = screen_candidates(config, ranked, max(screen, 0), bw, gpu, priced)
     done, best = simulate_candidates(config, screened, top, on_done)
     return SearchOutcome(done, best, bandwidths, min(max(screen, 0), len(ranked)))

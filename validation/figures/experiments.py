@@ -11,6 +11,11 @@ overlap and Megatron figures).
   statically, the top K of those simulated, the fastest kept.
 - `axonn_overlap`: the best grid of a search re-simulated with the overlap flags added
   one at a time (baseline, +OAR, +ORS, +OAG).
+- `axonn_paper`: the SC'24 paper's own procedure (simulator/search/procedure.py): the
+  published analytical model's top K simulated, the fastest kept; `axonn_split`: its
+  grid chosen without overlap (Fig. 7's "Perf model"/"Kernel tuning"), then with
+  OAR+ORS+OAG on the same grid ("Coll. overlap"): computation and non-overlapped
+  communication of each.
 - `axonn_ranking` / `axonn_grid`: the analytical ranking alone, and one grid simulated.
   A grid with a group the bandwidth probe cannot place is ranked last instead of
   failing the search (groups not aligned with nodes, such as the factor 3 that 6,144
@@ -75,8 +80,11 @@ def _axonn_config(
     microbatch: int | None = None,
     overlap: tuple[str, ...] | None = None,
     weights: Mapping[str, Any] | None = None,
+    implementation: str | None = None,
 ) -> ExperimentConfig:
     parallel: dict[str, Any] = {"strategy": "axonn"}
+    if implementation is not None:
+        parallel["implementation"] = implementation
     if grid is not None:
         parallel["grid"] = dict(zip(("x", "y", "z", "data"), grid, strict=True))
     if overlap is not None:
@@ -126,11 +134,14 @@ def axonn_grid(
     batch_tokens: int | None = None,
     overlap: list[str] | None = None,
     weights: Mapping[str, Any] | None = None,
+    implementation: str | None = None,
 ) -> dict[str, Any]:
     """One AxoNN grid simulated (the report); `weights`: weight_lifetime, cached_layers."""
     ov = tuple(overlap) if overlap is not None else None
     return _simulate(
-        _axonn_config(machine, gpus, model, batch_tokens, grid, microbatch, ov, weights)
+        _axonn_config(
+            machine, gpus, model, batch_tokens, grid, microbatch, ov, weights, implementation
+        )
     )
 
 
@@ -141,13 +152,17 @@ def axonn_search(
     top: int = 10,
     batch_tokens: int | None = None,
     screen: int | None = None,
+    implementation: str | None = None,
 ) -> dict[str, Any]:
     """`axsim search` (simulator/search/grids.py): rank, screen, simulate the top `top`."""
     from simulator.search.grids import DEFAULT_SCREEN
     from simulator.search.simulated import search
 
-    cfg = _axonn_config(machine, gpus, model, batch_tokens)
-    out = search(cfg, top, DEFAULT_SCREEN if screen is None else screen)
+    cfg = _axonn_config(machine, gpus, model, batch_tokens, implementation=implementation)
+    return _search_result(search(cfg, top, DEFAULT_SCREEN if screen is None else screen), top)
+
+
+def _search_result(out: Any, top: int) -> dict[str, Any]:
     best = out.best_candidate
     assert best is not None and out.best is not None
     tried = [c.as_dict() for c in out.candidates if c.simulated_iteration_time_s is not None]
@@ -165,6 +180,54 @@ def axonn_search(
     }
 
 
+def axonn_paper(
+    machine: str,
+    gpus: int,
+    model: Model,
+    top: int = 10,
+    batch_tokens: int | None = None,
+    overlap: list[str] | None = None,
+    implementation: str | None = None,
+) -> dict[str, Any]:
+    """The paper's procedure: the published model's top `top` grids simulated (with the
+    given overlap flags, default all three), the fastest kept."""
+    from simulator.search.procedure import paper_procedure
+
+    ov = tuple(overlap) if overlap is not None else None
+    cfg = _axonn_config(
+        machine, gpus, model, batch_tokens, overlap=ov, implementation=implementation
+    )
+    return _search_result(paper_procedure(cfg, top), top)
+
+
+def axonn_split(
+    machine: str,
+    gpus: int,
+    model: Model,
+    top: int = 10,
+    batch_tokens: int | None = None,
+    deps: Mapping[str, Any] | None = None,
+    implementation: str | None = None,
+) -> dict[str, Any]:
+    """Fig. 7's split on the paper procedure's grid chosen without overlap: that grid
+    without overlap ("Kernel tuning") and with OAR+ORS+OAG ("Coll. overlap")."""
+    found = next(iter((deps or {}).values()), None)
+    if found is None:
+        found = axonn_paper(machine, gpus, model, top, batch_tokens, [], implementation)
+    on = axonn_grid(
+        machine,
+        gpus,
+        model,
+        found["grid"],
+        found["microbatch_sequences"],
+        batch_tokens,
+        ["oar", "ors", "oag"],
+        found.get("weights"),
+        implementation,
+    )
+    return {"grid": found["grid"], "off": found["report"], "on": on}
+
+
 def axonn_overlap(
     machine: str,
     gpus: int,
@@ -172,6 +235,7 @@ def axonn_overlap(
     top: int = 10,
     batch_tokens: int | None = None,
     deps: Mapping[str, Any] | None = None,
+    implementation: str | None = None,
 ) -> dict[str, Any]:
     """The search's best grid with the overlap flags added one at a time.
 
@@ -199,6 +263,7 @@ def axonn_overlap(
             batch_tokens,
             list(flags),
             found.get("weights"),
+            implementation,
         )
     out["steps"] = steps
     return out

@@ -7,6 +7,7 @@ Data files (validation/published/data/):
 | axonn_perlmutter.yaml | AxoNN weak scaling on Perlmutter (PFLOP/s, % of peak, time per batch) | SC'24 Table III / Fig. 6 |
 | axonn_frontier.yaml | AxoNN weak scaling on Frontier (PFLOP/s, % of peak, time per batch) | SC'24 Table III |
 | axonn_frontier_overlap.yaml | overlap ablation, GPT-80B on 8,192 Frontier GCDs | SC'24 Fig. 5 |
+| axonn_frontier_split.yaml | computation and non-overlapped communication per configuration, 512-8,192 GCDs | SC'24 Fig. 7 |
 | axonn_bandwidths.yaml | AxoNN's measured group bandwidths, Perlmutter and Frontier | SC'24 §V-B, comm_model.py |
 | axonn_overlap.yaml | "nearly 53% improvement" of OAR+ORS+OAG for a 20B model | arXiv 2305.13525 v2 |
 | nccl_nvswitch.yaml | 8-GPU NVSwitch all-reduce alpha and bus bandwidth (A100, H100) | Vidur's NCCL profiles |

@@ -3,9 +3,11 @@
 What is counted (bytes per GPU; implementation.py names the sources):
 - model states: the parameters a GPU stores (schedule.py `params_per_gpu`: linear weights
   sharded over X, Y and Z; LayerNorms, biases and position embedding replicated; the
-  embedding sharded over Z (axonn-0.2) or split over X·Y only (sc24)), as bf16 weights
-  (2 B), gradients in the implementation's precision (bf16 2 B in axonn-0.2, Megatron's
-  fp32 main_grad 4 B in sc24), fp32 master weights 4 B and Adam moments 8 B (SGD: none);
+  embedding sharded over Z (axonn-0.2), split over X·Y only (sc24) or replicated with a 4D
+  output linear (litgpt)), as bf16 weights (2 B), gradients in the implementation's
+  precision (bf16 2 B in axonn-0.2, Megatron's fp32 main_grad 4 B in sc24), fp32 master
+  weights 4 B and Adam moments 8 B (SGD: none); litgpt keeps fp32 parameters under
+  autocast (4 B, their own masters) with fp32 gradients;
   sc24 with ORS also holds the reduce-scattered bf16 shard gradients until the backward
   ends (axonn's `accumulate_later`);
 - gathered weights, exactly what the weight lifetime keeps: 'regather' the linear in use
@@ -84,14 +86,15 @@ def block_activation_bytes(
 
 
 def gathered_weight_bytes(calls: AxonnCalls, oag: bool) -> float:
-    """Z-gathered weights alive at the peak, as the weight lifetime keeps them."""
+    """Z-gathered weights alive at the peak, as the weight lifetime keeps them (in the
+    stored weights' dtype: fp32 under autocast in litgpt)."""
     if calls.grid.z == 1:
         return 0.0  # nothing is gathered: the weights are used in place
-    b = calls.db
+    b = calls.wb
     blocks = calls.blocks
     per_block = sum(lay.gathered_elems for lay in blocks)
     largest = max(lay.gathered_elems for lay in blocks)
-    if calls.preset.embedding == "4d":
+    if calls.preset.embedding in ("4d", "replicated"):
         largest = max(largest, calls.logits.gathered_elems)
     policy, layers = calls.policy, calls.spec.layers
     cached = policy.cached_blocks * per_block
@@ -143,8 +146,11 @@ def axonn_memory(
     )
     logit_bytes = tokens * vocab_local * (b + LOGIT_BYTES_PER_ELEM_EXTRA)
     state = MASTER_AND_ADAM_BYTES if optimizer == "adam" else MASTER_ONLY_BYTES
+    wb = calls.wb
+    if wb == 4:  # fp32 parameters (autocast) are their own master weights
+        state -= MASTER_ONLY_BYTES
     return MemoryBreakdown(
-        weights=b * params,
+        weights=wb * params,
         gradients=preset.grad_dtype_bytes * params + pending + full_grad,
         optimizer=state * params,
         gathered_weights=gathered_weight_bytes(calls, "oag" in overlap),

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from topologies.user_model import UserModel
 
 OverlapFlag = Literal["oar", "ors", "oag"]
-Implementation = Literal["sc24", "axonn-0.2"]
+Implementation = Literal["sc24", "litgpt", "axonn-0.2"]
 WeightLifetime = Literal["regather", "keep", "cache"]
 
 
@@ -55,7 +55,9 @@ class AxonnParallel(UserModel):
 
     implementation: the code version being simulated (workloads/axonn/implementation.py
     names each one's sources): 'sc24' (Megatron-AxoNN with axonn before commit c5ef65d,
-    the code of the SC'24 paper's runs: the default) or 'axonn-0.2' (the PyPI release).
+    the code of the SC'24 paper's Perlmutter runs: the default), 'litgpt' (LitGPT with
+    axonn's Lightning strategy before c5ef65d, the paper's Frontier runs) or 'axonn-0.2'
+    (the PyPI release).
 
     weight_lifetime: how long a layer's Z-gathered weight lives: 'regather' (dropped after
     use, gathered again in backward: axonn 0.2.0), 'keep' (saved for the layer's own

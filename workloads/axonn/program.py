@@ -35,6 +35,7 @@ from workloads.builder import ProgramBuilder, microbatch_copies
 from workloads.graph import Program
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
+from workloads.ops import ComputeKind as C
 from workloads.transformer import LINEAR_NAMES, BlockEmitter, BlockShape, optimizer_step
 
 
@@ -126,9 +127,21 @@ class _Writer(BlockEmitter[LinearLayout]):
         return layer >= 0 and self.s.policy.cached(layer)
 
     def prefetching(self) -> bool:
-        """OAG is active in the current pass (the recompute always; the forward only
-        where the implementation wraps it in `optimize_communication`)."""
-        return self.s.oag and (self.recompute or self.preset.forward_prefetch)
+        """OAG is active in the current pass: the recompute where the implementation
+        prefetches checkpointed blocks (Megatron-AxoNN's checkpoint calls axonn's
+        `overlap_all_gathers_for_checkpointed_forward`), the forward where it wraps the
+        forward in `optimize_communication`."""
+        if self.recompute:
+            return self.s.oag and self.preset.recompute_prefetch
+        return self.s.oag and self.preset.forward_prefetch
+
+    def autocast(self, lay: LinearLayout, tag: str) -> None:
+        """fp32 weights under torch.autocast (litgpt): the matmul casts the (gathered)
+        weight to the model's dtype first, a memory-bound kernel per use."""
+        wb = self.calls.wb
+        if wb != self.db:
+            elems = lay.gathered_elems
+            self.b.compute(f"{tag}.cast", C.ELEMENTWISE, 0.0, elems * (wb + self.db))
 
     def non_expert_convert(self, lay: LinearLayout, tag: str, forward: bool) -> None:
         """Non-expert mode: all-to-alls on X and Y turning data-parallel inputs into 4D ones."""
@@ -168,6 +181,7 @@ class _Writer(BlockEmitter[LinearLayout]):
                 self._prefetch(*next_layer)
         elif calls.gather is not None:
             self.issue(calls.gather, tag)
+        self.autocast(lay, f"{tag}.fwd")
         self.b.gemm(f"{tag}.fwd", self.M, lay.n_local, lay.k_local, self.db)
         self.issue(calls.reduce, tag, suffix=".fwd")
 
@@ -185,6 +199,7 @@ class _Writer(BlockEmitter[LinearLayout]):
         calls = self.calls.linear(lay, "bwd", self.cached(), self.first_microbatch)
         if calls.gather is not None:
             self.issue(calls.gather, f"{tag}.bwd")
+        self.autocast(lay, f"{tag}.bwd")
         self.b.gemm(f"{tag}.dI", self.M, lay.k_local, lay.n_local, self.db)
         h = self.issue(calls.reduce, tag, blocking=not s.oar, suffix=".bwd")
         self.b.gemm(f"{tag}.dW", lay.k_local, lay.n_local, self.M, self.db)
@@ -218,6 +233,8 @@ class _Writer(BlockEmitter[LinearLayout]):
     def microbatch(self) -> None:
         if self.preset.embedding == "vocab-parallel-xy":
             self._microbatch_megatron_head()
+        elif self.preset.embedding == "replicated":
+            self._microbatch_replicated_head()
         else:
             self._microbatch_4d_head()
         self.b.wait_all(self.rs_handles, "wait:rs_z")
@@ -257,6 +274,25 @@ class _Writer(BlockEmitter[LinearLayout]):
         bwd = c.linear(lg, "bwd", False, self.first_microbatch)
         if bwd.scatter is not None:  # the tied weight's gradient, after both uses
             self.reduce_scatter(bwd.scatter, "logits")
+
+    def _microbatch_replicated_head(self) -> None:
+        """litgpt: a local lookup in the replicated token embedding; the untied output
+        head is a 4D linear."""
+        M, lg, b, c = self.M, self.lg, self.b, self.calls
+        b.phase = "fwd"
+        self.layer = -1
+        self.elementwise("embedding.fwd", M * self.h_res, 2)
+        self._blocks_forward()
+        self.layernorm_forward("final_ln.fwd")
+        self.linear_forward(lg, "logits", None)
+        self.elementwise("loss.fwd", M * lg.n_local, 3, 6)
+        self.issue(c.loss_reduce_4d(), "")
+        b.phase = "bwd"
+        self.elementwise("loss.bwd", M * lg.n_local, 3, 4)
+        self.linear_backward(lg, "logits")
+        self.layernorm_backward("final_ln.bwd")
+        self._blocks_backward()
+        self.elementwise("embedding.bwd", M * self.h_res, 3)
 
     def _microbatch_megatron_head(self) -> None:
         """sc24: Megatron's vocab-parallel embedding and output layer over X·Y."""

@@ -69,6 +69,12 @@ class AxonnCalls:
     def db(self) -> int:
         return self.spec.dtype_bytes
 
+    @property
+    def wb(self) -> int:
+        """Bytes per element of the stored and Z-gathered weights (fp32 parameters under
+        autocast in litgpt, else the model's dtype)."""
+        return self.preset.weight_dtype_bytes or self.spec.dtype_bytes
+
     @cached_property
     def blocks(self) -> list[LinearLayout]:
         return block_layouts(self.spec, self.grid, self.transpose_alternate)
@@ -93,7 +99,7 @@ class AxonnCalls:
     def _gather(self, lay: LinearLayout) -> Call | None:
         if self.grid.z == 1:  # axonn's _gather returns its input on a group of one
             return None
-        return Call("ag_z", K.ALL_GATHER, "z", lay.gathered_elems * self.db)
+        return Call("ag_z", K.ALL_GATHER, "z", lay.gathered_elems * self.wb)
 
     def _gathers_in(self, pass_: str, cached: bool, first_microbatch: bool) -> bool:
         """Does this pass gather the weight?"""
@@ -176,6 +182,13 @@ class AxonnCalls:
 
     def head(self, first_microbatch: bool) -> Iterator[Call]:
         """Embedding, output layer and loss collectives of one microbatch."""
+        if self.preset.embedding == "replicated":
+            # a local embedding lookup; the untied output head is a 4D linear
+            lg = self.logits
+            yield from self.linear(lg, "fwd", False, first_microbatch).calls()
+            yield self.loss_reduce_4d()
+            yield from self.linear(lg, "bwd", False, first_microbatch).calls()
+            return
         if self.preset.embedding == "vocab-parallel-xy":
             yield from self.embedding_forward()
             yield self.transformer_gather()
@@ -209,12 +222,19 @@ class AxonnCalls:
             out += [(f"{lay.name}.bias", float(lay.n_local)) for lay in self.blocks]
         return out
 
+    def vocab_elems(self) -> float:
+        """litgpt: the replicated token embedding's elements (padded vocabulary x hidden)."""
+        return float(padded_vocab(self.spec.vocab, 1) * self.spec.hidden)
+
     def final_norm_elems(self) -> float:
         return sum(e for _, e in self.norm_params())
 
     def head_params(self) -> float:
         """The word embedding and an untied output layer as the implementation stores
-        them: split over X·Y and replicated (sc24), or 4D-sharded like a linear (0.2)."""
+        them: split over X·Y and replicated (sc24), or 4D-sharded like a linear (0.2), or
+        a replicated embedding and a 4D output linear (litgpt)."""
+        if self.preset.embedding == "replicated":
+            return self.vocab_elems() + self.logits.shard_elems
         per_matrix: float = (
             self.xy_vocab * self.spec.hidden
             if self.preset.embedding == "vocab-parallel-xy"
@@ -253,6 +273,8 @@ class AxonnCalls:
             bucket = self.params_per_gpu() * db
             last.append(Call("grad_buffer.ar_data", K.ALL_REDUCE, "data", bucket))
             return [(tuple(first), False), (tuple(per_block), True), (tuple(last), False)]
+        if self.preset.grad_sync == "z-then-data":
+            return self._z_then_data_plan(db)
         shards = [
             Call(f"L{{layer}}.{lay.name}.ar_data", K.ALL_REDUCE, "data", lay.shard_elems * db)
             for lay in reversed(self.blocks)
@@ -280,6 +302,43 @@ class AxonnCalls:
             (tuple(head_calls), False),
             (tuple(pairs), True),
             (tuple(tail), False),
+        ]
+
+    def _z_then_data_plan(self, db: int) -> list[tuple[tuple[Call, ...], bool]]:
+        """litgpt: axonn's sync_gradients_depth_parallel (every parameter that is not a
+        Z-sharded weight over Z: embedding, norms, biases), then sync_gradients_data_
+        parallel (every parameter over data), one tensor at a time in model.parameters()
+        order."""
+        sp = self.spec
+        small = self.small_params()
+        final = self.final_norm_elems()
+        vocab = self.vocab_elems()
+
+        def head(g: str) -> list[Call]:
+            out = [Call(f"word_embedding.ar_{g}", K.ALL_REDUCE, g, vocab * db)]
+            if sp.position_params:
+                out.append(Call(f"pos_embedding.ar_{g}", K.ALL_REDUCE, g, sp.position_params * db))
+            return out
+
+        z_block = [Call(f"L{{layer}}.{n}.ar_z", K.ALL_REDUCE, "z", e * db) for n, e in small]
+        shards = {lay.name: lay.shard_elems for lay in self.blocks}
+        data_block = [
+            Call(f"L{{layer}}.{n}.ar_data", K.ALL_REDUCE, "data", e * db) for n, e in small
+        ] + [
+            Call(f"L{{layer}}.{name}.ar_data", K.ALL_REDUCE, "data", e * db)
+            for name, e in shards.items()
+        ]
+        data_tail = [
+            Call("final_norm.ar_data", K.ALL_REDUCE, "data", final * db),
+            Call("logits.ar_data", K.ALL_REDUCE, "data", self.logits.shard_elems * db),
+        ]
+        return [
+            (tuple(head("z")), False),
+            (tuple(z_block), True),
+            ((Call("final_norm.ar_z", K.ALL_REDUCE, "z", final * db),), False),
+            (tuple(head("data")), False),
+            (tuple(data_block), True),
+            (tuple(data_tail), False),
         ]
 
     def gradient_sync(self) -> Iterator[Call]:

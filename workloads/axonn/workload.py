@@ -169,5 +169,10 @@ def build_axonn_workload(
             "implementation": params.implementation,
             "weight_lifetime": setup.policy.label,
             "cached_layers": setup.policy.cached_blocks,
+            # how the code version's framework creates its streams (which communicator
+            # shares the compute stream's hardware queue on ROCm: simulator/cost/
+            # interference.py)
+            "stream_pool": preset_for(params).stream_pool,
+            "communicators_before": preset_for(params).communicators_before,
         },
     )
