@@ -50,6 +50,7 @@ from simulator.cost.calibration import (
     save_calibration,
 )
 from topologies.catalogue import machine_preset
+from topologies.user_files import MAX_USER_FILE_BYTES, check_regular
 from validation.calibrate_comm import (
     CalibrationError,
     Sweep,
@@ -92,6 +93,7 @@ from validation.measured import MeasuredRun, iteration_time_s, load_run
 from validation.simulate_run import simulate_torch4d
 from validation.torch4d.config import RunSpec
 from validation.trace.model import ParsedTrace
+from validation.trace.reader import MAX_TRACE_FILE_BYTES
 from workloads.ops import CollectiveKind
 
 __all__ = [
@@ -131,6 +133,7 @@ def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
             raise CalibrationError(f"{p}: no such file or directory")
         files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else [p]
         for f in files:
+            _check_input_file(f)
             if f.name == "run.json":
                 run_json[f.parent] = f
             elif f.suffix == ".csv":
@@ -159,6 +162,17 @@ def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
             "nccl-tests logs found"
         )
     return out
+
+
+def _check_input_file(f: Path) -> None:
+    """An input is a regular file within its reader's bound (a FIFO blocked the reader,
+    /dev/zero never ended): traces are streamed (validation/trace/reader.py), every other
+    input is read whole (topologies/user_files.py)."""
+    limit = MAX_TRACE_FILE_BYTES if f.name.endswith(TRACE_SUFFIXES) else MAX_USER_FILE_BYTES
+    try:
+        check_regular(f, limit)
+    except OSError as e:
+        raise CalibrationError(f"{f}: cannot read ({e.strerror or e})") from None
 
 
 @dataclass

@@ -10,6 +10,7 @@ import click
 from simulator.commands.params import ENGINE_HELP, calibration_option, network_option
 from simulator.config import ExperimentConfig, load_config
 from simulator.errors import ConfigError
+from topologies.machines import MAX_GPUS
 from workloads.axonn.params import Grid
 from workloads.strategies import STRATEGY_NAMES
 
@@ -116,6 +117,12 @@ def register(app: click.Group) -> None:
         help="Write report, config.resolved.yaml, timeline, links and a Perfetto trace here.",
     )
     @click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace the --out folder of an earlier run (it is replaced whole, once the "
+        "new outputs are complete).",
+    )
+    @click.option(
         "--trace-ranks",
         default=None,
         help="Ranks in the traces and timeline (e.g. 0-7,64 or all; default: the first 8, "
@@ -167,6 +174,7 @@ def register(app: click.Group) -> None:
         network: str | None,
         calibration: str | None,
         out_dir: str | None,
+        overwrite: bool,
         trace_ranks: str | None,
         gzip_traces: bool,
         chakra: bool,
@@ -177,8 +185,9 @@ def register(app: click.Group) -> None:
     ) -> None:
         """Simulate one training iteration (no arguments: GPT-80B on 1,024 Perlmutter GPUs)."""
         from simulator.api import simulate
-        from simulator.outputs.files import make_out_dir, parse_trace_ranks, write_outputs
+        from simulator.outputs.files import parse_trace_ranks, write_outputs
         from simulator.outputs.render import progress_bar, render_report
+        from simulator.outputs.staging import check_out_folder, staged_folder
 
         flags = flag_overrides(
             machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration
@@ -194,17 +203,20 @@ def register(app: click.Group) -> None:
         if out_dir:  # traces and timeline.csv show every microbatch
             flags.append("engine.virtual_microbatches=false")
         cfg = resolve_config(config, strategy, flags, sets)
+        if overwrite and not out_dir:
+            raise ConfigError("--overwrite replaces the --out folder; give --out DIR")
         if out_dir:  # before the simulation, which may take minutes
-            make_out_dir(out_dir)
-            parse_trace_ranks(trace_ranks, cfg.cluster.num_gpus or 1 << 62)
+            check_out_folder(out_dir, overwrite=overwrite)
+            parse_trace_ranks(trace_ranks, cfg.cluster.num_gpus or MAX_GPUS)
         with progress_bar(progress) as bar:
             result = simulate(cfg, progress=bar)
         report = result.report
         if out_dir:
             ranks = parse_trace_ranks(trace_ranks, result.engine.timeline.world_size)
-            write_outputs(
-                result, out_dir, ranks, gzip=gzip_traces, chakra=chakra, pictures=pictures
-            )
+            with staged_folder(out_dir, "simulate", overwrite=overwrite) as stage:
+                write_outputs(
+                    result, stage, ranks, gzip=gzip_traces, chakra=chakra, pictures=pictures
+                )
         if as_json:
             click.echo(json.dumps(report.to_json(), default=str))
         else:

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from simulator.commands.params import POSITIVE
+from simulator.commands.params import BANDWIDTH_GBPS, BANDWIDTH_SCALE
 from simulator.errors import ConfigError
 from simulator.outputs.versions import stamp
 from topologies.fabric import ROUTING_POLICIES
@@ -155,20 +155,20 @@ def register(app: click.Group) -> None:
     @click.option(
         "--nic-bandwidth",
         "nic_bandwidth",
-        type=POSITIVE,
+        type=BANDWIDTH_GBPS,
         default=None,
         metavar="GBPS",
         help="What-if: GB/s per NIC.",
     )
     @click.option(
         "--intra-node-scale",
-        type=POSITIVE,
+        type=BANDWIDTH_SCALE,
         default=None,
         help="What-if: scale every intra-node link.",
     )
     @click.option(
         "--fabric-bandwidth",
-        type=POSITIVE,
+        type=BANDWIDTH_GBPS,
         default=None,
         metavar="GBPS",
         help="What-if: GB/s per switch link.",

@@ -61,8 +61,10 @@ from pydantic import (
 
 from simulator.errors import CostModelError
 from simulator.network.protocols import CollectiveModelSpec
+from simulator.outputs.staging import atomic_write_text
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
+from topologies.user_files import read_user_text
 from topologies.user_model import UserModel, first_error_line
 from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 from workloads.ops import CollectiveKind
@@ -404,7 +406,7 @@ def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration file (JSON if it ends in .json, else YAML)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_user_text(p)
     except OSError as exc:
         raise CostModelError(f"calibration file {p}: cannot read ({exc.strerror})") from exc
     except UnicodeDecodeError:
@@ -428,7 +430,7 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
         if p.suffix.lower() == ".json"
         else yaml.safe_dump(data, sort_keys=False)
     )
-    try:
-        p.write_text(text)
+    try:  # a temporary file renamed over `p`: a failed write leaves the old file whole
+        atomic_write_text(p, text)
     except OSError as exc:
-        raise CostModelError(f"calibration file {p}: cannot write ({exc.strerror})") from exc
+        raise CostModelError(f"calibration file {p}: cannot write ({exc.strerror})") from None

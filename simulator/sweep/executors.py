@@ -8,10 +8,11 @@ a sweep. Dask is an optional dependency, imported only when a Dask executor is a
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from simulator.config import validate_config
+from simulator.process import worker_pool
 from simulator.sweep.spec import SweepError, SweepPoint
 from simulator.sweep.store import flatten
 
@@ -38,8 +39,9 @@ def run_inline(todo: Sequence[SweepPoint]) -> Outcomes:
 
 
 def run_processes(todo: Sequence[SweepPoint], jobs: int) -> Outcomes:
-    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo))))
-    try:
+    """Points on local worker processes (simulator/process.py `worker_pool`: they die
+    with the sweep; a killed worker is one error line, the rows finished so far kept)."""
+    with worker_pool(max(1, min(jobs, len(todo))), "the sweep") as pool:
         pending: dict[Future[tuple[str, Any]], SweepPoint] = {
             pool.submit(run_point, p.data): p for p in todo
         }
@@ -47,8 +49,6 @@ def run_processes(todo: Sequence[SweepPoint], jobs: int) -> Outcomes:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
                 yield pending.pop(f), f.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def dask_client(
