@@ -51,6 +51,7 @@ from simulator.cost.calibration import (
 )
 from topologies.catalogue import machine_preset
 from topologies.user_files import MAX_USER_FILE_BYTES, check_regular
+from validation.calibrate_bounds import check_collective_tables, check_gemm_rates, check_streams
 from validation.calibrate_comm import (
     CalibrationError,
     Sweep,
@@ -387,10 +388,14 @@ def calibrate(
         refs.append(TraceRef(path=str(csv_path), sha256=_sha256(csv_path), samples=samples))
     for files, run_json in inputs.runs:
         run = load_run(files, run_json, gpu)
+        for trace in run.traces.values():  # the impossible is refused, not fitted
+            check_streams(trace)
         ev = evidence[run.gpu]
         ev.runs.append(run)
         ev.traces += list(run.traces.values())
-        for key, values in gemm_samples(run.traces.values()).items():
+        found = gemm_samples(run.traces.values())
+        check_gemm_rates(run.gpu, found, ", ".join(str(f) for f in files[:1]))
+        for key, values in found.items():
             ev.gemm[key] += values
         overhead, gloo = 0.0, host_terms and run.backend == "gloo"
         if run.gpu == "cpu":
@@ -409,6 +414,8 @@ def calibrate(
     pccl, tests = _log_samples(inputs, opts, refs)
     sweeps += _test_sweeps(tests)
     tables, residuals = build_tables(merge_sweeps(sweeps), tolerance, statistic)
+    for name, found_tables in tables.items():
+        check_collective_tables(name, found_tables)
     notes: dict[str, Any] = {}
     networks = _network_blocks(pccl + tests, opts, notes) if pccl or tests else {}
     gpus: dict[str, GpuCalibration] = {}

@@ -199,9 +199,10 @@ def register(app: click.Group) -> None:
         from rich.table import Table
 
         from simulator.outputs.render import stdout_console
+        from simulator.outputs.text import markup_safe
 
         table = Table(
-            title=f"{op} on {topo.name}: group {group}, "
+            title=f"{op} on {markup_safe(topo.name)}: group {group}, "
             + (f"{per_node} per node" if per_node else f"stride {placement}")
             + f", {rows[0].instances} instance(s), {network}"
         )

@@ -82,9 +82,11 @@ def _render(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     from simulator.outputs.render import stdout_console
+    from simulator.outputs.text import markup_safe
 
     console = stdout_console()
-    console.print(f"[bold]{summary['name']}[/bold] — {summary['description']}")
+    name, description = markup_safe(summary["name"]), markup_safe(summary["description"])
+    console.print(f"[bold]{name}[/bold] — {description}")
     console.print(
         f"{summary['gpus']:,} GPUs ({summary['gpu_type'] or 'unspecified'}) on {summary['nodes']:,} nodes, "
         f"{'up to ' if not summary['homogeneous_nodes'] else ''}{summary['gpus_per_node']} GPUs and "
@@ -123,7 +125,7 @@ def _render(summary: dict[str, Any]) -> None:
     for r in samples:
         hops = str(r["hops"]) if r["hops"] == r["max_hops"] else f"{r['hops']} (≤{r['max_hops']})"
         routes.add_row(
-            r["label"],
+            markup_safe(r["label"]),
             f"{r['src_gpu']}→{r['dst_gpu']}",
             str(r["paths"]),
             hops,
@@ -133,7 +135,8 @@ def _render(summary: dict[str, Any]) -> None:
         )
     console.print(routes)
     for r in samples:
-        console.print(f"[dim]{r['label']}:[/dim] " + " → ".join(r["path"]), soft_wrap=True)
+        path = " → ".join(markup_safe(p) for p in r["path"])
+        console.print(f"[dim]{markup_safe(r['label'])}:[/dim] {path}", soft_wrap=True)
 
 
 def register(app: click.Group) -> None:

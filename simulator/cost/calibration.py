@@ -28,9 +28,14 @@ GEMM lookup rules (`GemmIndex.match`); batch and dtype_bytes must match exactly:
 - `interpolation: nearest`: the same with only the nearest such point;
 - `interpolation: exact`: exact points only. Outside the neighbourhood the curve is used.
 
-Collective lookups: segments are sorted and may not overlap; a size below the first or
-above the last segment uses that end segment. Bus-bandwidth points are interpolated
-linearly in log(bytes)-log(busbw) and clamped to the end values.
+Collective lookups: segments are sorted and may not overlap; a size below the first
+segment uses it. Bus-bandwidth points are interpolated linearly in log(bytes)-log(busbw)
+and clamped to the end values. Above `largest_bytes` (the measured maximum, written by the
+calibrator) the table says nothing: the pricer scales its time at that size by the
+network model's own growth (simulator/network/pricing.py), since an end segment fitted on
+few points (a single point is flat) made every larger message as fast as the largest
+measured one (the H100 table from Vidur's CSV: every all-reduce from 64 MiB to 16 GiB in
+322 us).
 
 The file is YAML or JSON (by suffix; SI units named in the fields) with a `provenance`
 block (trace paths and hashes, sample counts, residuals, free extra keys) that a
@@ -158,6 +163,9 @@ class CollectiveTable(UserModel):
     segments: tuple[AlphaBetaSegment, ...] = ()
     points: tuple[BusBwPoint, ...] = ()
     samples: int | None = Field(default=None, ge=1)
+    # the largest message size measured (the calibrator writes it; segments extend past
+    # it by convention): beyond it the pricer scales the table by the network model
+    measured_max_bytes: float | None = Field(default=None, gt=0)
 
     @field_validator("tier")
     @classmethod
@@ -178,6 +186,15 @@ class CollectiveTable(UserModel):
         if any(b <= a for a, b in itertools.pairwise(sizes)):
             raise ValueError("points must have strictly increasing bytes")
         return self
+
+    @property
+    def largest_bytes(self) -> float:
+        """The largest message size the table speaks for: its measured maximum, else its
+        last point or the end of its last segment."""
+        if self.measured_max_bytes is not None:
+            return self.measured_max_bytes
+        ends = [p.bytes for p in self.points[-1:]] + [s.max_bytes for s in self.segments[-1:]]
+        return max(ends)
 
     def segment_for(self, nbytes: float) -> AlphaBetaSegment | None:
         """The segment covering `nbytes` (end segments beyond the table); None if no segments."""

@@ -960,6 +960,8 @@ class CollectivePricer:
         if table is None:
             return self._protocol_plan(bundle, nbytes, shared)
         assert kind is not None
+        if nbytes > table.largest_bytes:
+            return self._beyond_table(bundle, kind, table.largest_bytes, nbytes, shared)
         seg = table.segment_for(nbytes)
         if seg is not None:
             alpha, total = seg.alpha_s, seg.time_s(nbytes)
@@ -980,6 +982,35 @@ class CollectivePricer:
             tuple(b * stretch for b in raw),
             "table",
         )
+
+    def _beyond_table(
+        self, bundle: Bundle, kind: CollectiveKind, edge: float, nbytes: float, shared: bool
+    ) -> PhasePlan:
+        """A size above the table's largest measurement (`edge`): the network model's own
+        plan for `nbytes`, scaled by the table's correction at the edge (measured time /
+        model time there), so the time is continuous at the edge and grows as the model
+        says beyond it; a flat end segment no longer makes 16 GiB as fast as 64 MiB."""
+        measured = self._plan(bundle, kind, edge, shared)
+        model_edge = self._protocol_plan(bundle, edge, shared)
+        model = self._protocol_plan(bundle, nbytes, shared)
+        ratio = self._isolated_s(bundle, measured, shared) / self._isolated_s(
+            bundle, model_edge, shared
+        )
+        return PhasePlan(
+            model.overhead_s * ratio,
+            tuple(x * ratio for x in model.latency_s),
+            tuple(x * ratio for x in model.bytes_per_flow),
+            "table",
+        )
+
+    def _isolated_s(self, bundle: Bundle, plan: PhasePlan, shared: bool) -> float:
+        """A plan's time for one instance alone (the rates the tuner and tables use)."""
+        moved = sum(
+            b / self._tuner_rate(ph, shared)
+            for b, ph in zip(plan.bytes_per_flow, bundle.phases, strict=True)
+            if b > 0
+        )
+        return plan.overhead_s + sum(plan.latency_s) + moved
 
     def alpha_beta_time_s(
         self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None

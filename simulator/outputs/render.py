@@ -14,11 +14,12 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simulator.outputs.text import markup_safe
 from simulator.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:  # annotations only: `axsim collective` renders without the engine
     from simulator.engine.core import ProgressFn
-    from simulator.outputs.report import Report
+from simulator.outputs.report import Report
 
 PIPED_WIDTH = 160
 COMPUTE_LABELS = {
@@ -51,7 +52,10 @@ def render_report(report: Report, console: Console | None = None) -> None:
     grid = " x ".join(f"{k}={v}" for k, v in g.items())
     # the title stays short: a piped (80-column) console would cut a long one, and the
     # grid is what a user who let axsim pick it most needs to see
-    head = f"[bold]{escape(report.model)}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine})"
+    head = (
+        f"[bold]{markup_safe(report.model)}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs "
+        f"({markup_safe(report.machine)})"
+    )
     t = report.iteration_time_s
     summary = Table.grid(padding=(0, 2))
     summary.add_column(justify="left")
@@ -140,7 +144,7 @@ def render_report(report: Report, console: Console | None = None) -> None:
             links.add_column(col, justify="right" if col != "link" else "left")
         for u in report.busiest_links:
             links.add_row(
-                f"{u.src} -> {u.dst}",
+                markup_safe(f"{u.src} -> {u.dst}"),  # device names of a custom file
                 u.kind,
                 f"{u.bandwidth_GBps:g}",
                 format_bytes(u.bytes),
