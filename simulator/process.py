@@ -169,13 +169,17 @@ _PR_SET_PDEATHSIG = 1
 def die_with_parent(parent: int) -> None:
     """Ask the kernel to SIGTERM this process when its parent exits (Linux), and exit now
     if the parent is already gone. Runs first in every worker of `worker_pool`."""
+    # a forked worker inherits the CLI's handlers: SIGTERM raising Terminated inside a task
+    # was caught as the task's exception and the worker outlived its parent
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # a worker's SIGINT is its parent's business (Ctrl-C reaches the whole group)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
-    # a worker's SIGINT is its parent's business (Ctrl-C reaches the whole group)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class WorkerDied(SimulatorError):

@@ -782,12 +782,14 @@ class CollectivePricer:
             probe = inst[[int(rows[0]) for rows in classes.values()]]
             pkey = None if key is None else (key, "probe")
         terms: dict[str, tuple[float, float]] = {}
+        bound: dict[str, tuple[tuple[Bundle, ...], list[tuple[float, ...]] | list[None]]] = {}
         for cand in candidate_algorithms(kind, next(iter(classes))):
             try:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
             rates = self.joint_rates(b) if shared else [None] * len(b)
+            bound[cand] = (b, rates)
             terms[cand] = max(
                 (
                     self.time_terms(x, nbytes, kind, shared, rates=r)
@@ -802,8 +804,14 @@ class CollectivePricer:
             # ring, so the tree never wins on bandwidth, only on latency (its 2 log steps
             # against the ring's 2 (p - 1)). Where the tree's own flows are slower still
             # (its heads use fewer NICs than the ring's channels), that slower time counts.
+            # NCCL compares them protocol by protocol (tuning.cc: bandwidths per algorithm
+            # and protocol), so the ring's transfer is taken under the tree's protocol: the
+            # ring's own best (LL, half the bandwidth) made a Simple tree look 2x slower
+            # than it runs, and a slower NIC, switching the ring to Simple, flipped the
+            # choice to a tree faster than the ring had been (7.6% on 32 Frontier GCDs).
             p = max(int(inst.shape[1]), 2)
-            nccl_transfer = terms["ring"][1] * p / (2 * (p - 1)) / NCCL_TREE_RATIO
+            ring = self._transfer_as(bound["ring"], bound["tree"], nbytes, kind, shared)
+            nccl_transfer = ring * p / (2 * (p - 1)) / NCCL_TREE_RATIO
             terms["tree"] = (terms["tree"][0], max(terms["tree"][1], nccl_transfer))
         best_algo: str | None = None
         best_t = np.inf
@@ -821,6 +829,44 @@ class CollectivePricer:
             self._choice_cache[ckey] = best_algo
             self.decisions[ckey] = (best_algo, {a: sum(t) for a, t in terms.items()})
         return best_algo
+
+    def _transfer_as(
+        self,
+        ring: tuple[tuple[Bundle, ...], Sequence[Sequence[float] | None]],
+        tree: tuple[tuple[Bundle, ...], Sequence[Sequence[float] | None]],
+        nbytes: float,
+        kind: CollectiveKind,
+        shared: bool,
+    ) -> float:
+        """The ring's transfer seconds (its slowest bundle) under the protocol the tree's
+        slowest bundle runs; the ring's own when that is a calibrated table or a protocol
+        the ring's tier does not enable."""
+        slowest = max(
+            zip(*tree, strict=True),
+            key=lambda br: sum(self.time_terms(*br[:1], nbytes, kind, shared, rates=br[1])),
+        )
+        protocol = self.plan(slowest[0], kind, nbytes, shared).protocol
+        out = 0.0
+        for b, rates in zip(*ring, strict=True):
+            own = self.time_terms(b, nbytes, kind, shared, rates=rates)[1]
+            if self.plan(b, kind, nbytes, shared).protocol == "table" or protocol not in (
+                self.protocols_for(b)
+            ):
+                out = max(out, own)
+                continue
+            factor = self.params.collectives.term(protocol).bandwidth_factor
+            out = max(
+                out,
+                sum(
+                    ph.bytes_factor
+                    * nbytes
+                    / factor
+                    / (rates[i] if rates is not None else self._rate(ph, shared))
+                    for i, ph in enumerate(b.phases)
+                    if ph.bytes_factor > 0
+                ),
+            )
+        return out
 
     def joint_rates(self, bundles: Sequence[Bundle]) -> list[tuple[float, ...]]:
         """Per bundle, per phase: the per-flow rate when the same phase of every bundle

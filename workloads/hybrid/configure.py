@@ -29,12 +29,14 @@ from workloads.run import ClusterShape, TrainingSetup, batch_sequences, divisors
 
 DEFAULT_BUCKET_ELEMS = 40_000_000
 # Most (stage, microbatch, virtual stage) forward passes a pipeline schedule may hold:
-# every stage's 1F1B order is built item by item before its ops (the ops themselves are
-# compressed), about 50 us per item here, so 2^18 items take seconds; pp 512 x 4,096
-# microbatches (2^21) ran past 147 CPU-s and 3.5 GB with no answer. The largest published
-# configuration we model, GPT-3 175B on 64 A100s (pp 8 x 1,536 microbatches x 3 virtual
-# stages = 36,864; Narayanan et al. 2021, Table 1), is 7x inside.
-MAX_PIPELINE_PASSES = 2**18
+# every stage's 1F1B order is built item by item before its ops, and passes that differ
+# (warm-up and cool-down of an interleaved schedule) are built in full, so the build grows
+# with pp x microbatches x virtual stages. Measured here: pp 512 x 4,096 microbatches (2^21)
+# ran past 147 CPU-s and 3.5 GB with no answer; pp 8 x 64 x 512 virtual stages (2^18)
+# ran past 15 minutes at 0.6 GB. The largest published configuration we model, GPT-3
+# 175B on 64 A100s (pp 8 x 1,536 microbatches x 3 virtual stages = 36,864; Narayanan et
+# al. 2021, Table 1), is inside 2^16 with room to spare.
+MAX_PIPELINE_PASSES = 2**16
 
 
 @dataclass(frozen=True, order=True)
@@ -245,7 +247,8 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
             f"parallel.pp={setup.pp} x {setup.microbatches:,} microbatches x "
             f"parallel.virtual_stages={setup.virtual_stages} = {passes:,} forward passes to "
             f"schedule, more than the {MAX_PIPELINE_PASSES:,} axsim schedules per iteration: "
-            "use a larger training.microbatch_sequences or a smaller training.batch_tokens"
+            "use a larger training.microbatch_sequences, a smaller training.batch_tokens "
+            "or fewer parallel.virtual_stages"
         )
     if setup.virtual_stages > 1 and setup.microbatches % setup.pp:
         raise WorkloadError(
