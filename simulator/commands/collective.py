@@ -198,8 +198,7 @@ def register(app: click.Group) -> None:
             return
         from rich.table import Table
 
-        from simulator.outputs.render import stdout_console
-        from simulator.outputs.text import markup_safe
+        from simulator.outputs.render import markup_safe, stdout_console
 
         table = Table(
             title=f"{op} on {markup_safe(topo.name)}: group {group}, "

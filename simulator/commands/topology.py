@@ -81,8 +81,7 @@ def _num(x: Any, digits: int = 1) -> str:
 def _render(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from simulator.outputs.render import stdout_console
-    from simulator.outputs.text import markup_safe
+    from simulator.outputs.render import markup_safe, stdout_console
 
     console = stdout_console()
     name, description = markup_safe(summary["name"]), markup_safe(summary["description"])

@@ -804,15 +804,27 @@ class CollectivePricer:
             # ring, so the tree never wins on bandwidth, only on latency (its 2 log steps
             # against the ring's 2 (p - 1)). Where the tree's own flows are slower still
             # (its heads use fewer NICs than the ring's channels), that slower time counts.
-            # NCCL compares them protocol by protocol (tuning.cc: bandwidths per algorithm
-            # and protocol), so the ring's transfer is taken under the tree's protocol: the
-            # ring's own best (LL, half the bandwidth) made a Simple tree look 2x slower
-            # than it runs, and a slower NIC, switching the ring to Simple, flipped the
-            # choice to a tree faster than the ring had been (7.6% on 32 Frontier GCDs).
+            # NCCL prices every (algorithm, protocol) pair from the same per-protocol link
+            # bus bandwidth and picks the fastest pair (src/graph/tuning.cc: bandwidths
+            # [coll][a][p] = busBw * ratio), so the tree's bound comes from the ring under
+            # the same protocol and the tree's best protocol is the one fastest with it.
+            # Taking the ring's own best (LL, a small fraction of the link on Frontier) made
+            # a Simple tree look twice as slow as it runs; a slower NIC, moving the ring to
+            # Simple, then flipped the choice to that tree: 7.6% faster with less bandwidth
+            # (AxoNN, 32 Frontier GCDs, alpha-beta; tests/test_whatif_monotonicity.py).
             p = max(int(inst.shape[1]), 2)
-            ring = self._transfer_as(bound["ring"], bound["tree"], nbytes, kind, shared)
-            nccl_transfer = ring * p / (2 * (p - 1)) / NCCL_TREE_RATIO
-            terms["tree"] = (terms["tree"][0], max(terms["tree"][1], nccl_transfer))
+            per_protocol = []
+            for proto in self.protocols_for(bound["tree"][0][0]):
+                tree = self._terms_as(bound["tree"], nbytes, kind, shared, proto)
+                ring = self._terms_as(bound["ring"], nbytes, kind, shared, proto)
+                if tree is not None and ring is not None:
+                    nccl = ring[1] * p / (2 * (p - 1)) / NCCL_TREE_RATIO
+                    per_protocol.append((tree[0], max(tree[1], nccl)))
+            if per_protocol:
+                terms["tree"] = min(per_protocol, key=sum)
+            else:  # calibrated tables: the ring's own transfer bounds the tree's
+                nccl = terms["ring"][1] * p / (2 * (p - 1)) / NCCL_TREE_RATIO
+                terms["tree"] = (terms["tree"][0], max(terms["tree"][1], nccl))
         best_algo: str | None = None
         best_t = np.inf
         for cand, (lat, transfer) in terms.items():
@@ -830,43 +842,41 @@ class CollectivePricer:
             self.decisions[ckey] = (best_algo, {a: sum(t) for a, t in terms.items()})
         return best_algo
 
-    def _transfer_as(
+    def _terms_as(
         self,
-        ring: tuple[tuple[Bundle, ...], Sequence[Sequence[float] | None]],
-        tree: tuple[tuple[Bundle, ...], Sequence[Sequence[float] | None]],
+        bound: tuple[tuple[Bundle, ...], Sequence[Sequence[float] | None]],
         nbytes: float,
         kind: CollectiveKind,
         shared: bool,
-    ) -> float:
-        """The ring's transfer seconds (its slowest bundle) under the protocol the tree's
-        slowest bundle runs; the ring's own when that is a calibrated table or a protocol
-        the ring's tier does not enable."""
-        slowest = max(
-            zip(*tree, strict=True),
-            key=lambda br: sum(self.time_terms(*br[:1], nbytes, kind, shared, rates=br[1])),
-        )
-        protocol = self.plan(slowest[0], kind, nbytes, shared).protocol
-        out = 0.0
-        for b, rates in zip(*ring, strict=True):
-            own = self.time_terms(b, nbytes, kind, shared, rates=rates)[1]
-            if self.plan(b, kind, nbytes, shared).protocol == "table" or protocol not in (
-                self.protocols_for(b)
+        protocol: str,
+    ) -> tuple[float, float] | None:
+        """(latency, transfer) of the slowest bundle under `protocol` (as `_protocol_plan`
+        prices one protocol; `rates` per bundle as the tuner shares them); None where a
+        calibrated table prices a bundle or its tier does not enable `protocol`."""
+        term = self.params.collectives.term(protocol)
+        worst: tuple[float, float] | None = None
+        for b, rates in zip(*bound, strict=True):
+            if protocol not in self.protocols_for(b) or (
+                self.plan(b, kind, nbytes, shared).protocol == "table"
             ):
-                out = max(out, own)
-                continue
-            factor = self.params.collectives.term(protocol).bandwidth_factor
-            out = max(
-                out,
-                sum(
-                    ph.bytes_factor
-                    * nbytes
-                    / factor
-                    / (rates[i] if rates is not None else self._rate(ph, shared))
-                    for i, ph in enumerate(b.phases)
-                    if ph.bytes_factor > 0
-                ),
+                return None
+            launch = self.params.collectives.launch_overhead_s if b.phases else 0.0
+            if b.phases and b.tier == "inter_node":
+                launch += self.params.collectives.inter_node_base_s
+            lat = (
+                launch
+                + term.base_latency_s
+                + sum(self.phase_latency(ph, protocol) for ph in b.phases)
             )
-        return out
+            transfer = sum(
+                ph.bytes_factor * nbytes / term.bandwidth_factor
+                / (rates[i] if rates is not None else self._rate(ph, shared))
+                for i, ph in enumerate(b.phases)
+                if ph.bytes_factor > 0
+            )  # fmt: skip
+            if worst is None or lat + transfer > sum(worst):
+                worst = (lat, transfer)
+        return worst
 
     def joint_rates(self, bundles: Sequence[Bundle]) -> list[tuple[float, ...]]:
         """Per bundle, per phase: the per-flow rate when the same phase of every bundle

@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from simulator.outputs.text import markup_safe
+from simulator.outputs.text import printable
 from simulator.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:  # annotations only: `axsim collective` renders without the engine
@@ -30,6 +30,12 @@ COMPUTE_LABELS = {
     "launch_gaps": "launch gaps",
     "interference": "interference (beside communication)",
 }
+
+
+def markup_safe(text: object) -> str:
+    """A name from a file as rich renders it: control characters escaped
+    (`simulator.outputs.text.printable`) and markup escaped ("[/]" crashed rich)."""
+    return escape(printable(text))
 
 
 def stdout_console() -> Console:
