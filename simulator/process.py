@@ -51,7 +51,7 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 def signals_as_exceptions() -> Iterator[None]:
     """Inside the block, SIGTERM and SIGHUP raise `Terminated` (main thread only, and only
     where nobody installed a handler of their own)."""
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(sig) is signal.SIG_DFL:
@@ -82,7 +82,7 @@ class GuardedStdout(io.TextIOBase):
 
     def __enter__(self) -> GuardedStdout:
         self._saved = self._inner = sys.stdout
-        sys.stdout = self  # type: ignore[assignment]
+        sys.stdout = self
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -74,7 +74,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
     def compose_document(self) -> Any:
         node = super().compose_document()
-        if expanded_size(node) > MAX_EXPANDED_VALUES:
+        if node is not None and expanded_size(node) > MAX_EXPANDED_VALUES:
             raise yaml.composer.ComposerError(
                 None,
                 None,
