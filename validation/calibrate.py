@@ -132,7 +132,13 @@ def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
             raise CalibrationError(f"{str(p)[:200]}: {e.strerror or e}") from None
         if not found:
             raise CalibrationError(f"{p}: no such file or directory")
-        files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else [p]
+        # in a folder, hidden files are not inputs (the marker of an axsim output folder,
+        # simulator/outputs/staging.py, is JSON but no trace)
+        files = (
+            sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            if p.is_dir()
+            else [p]
+        )
         for f in files:
             _check_input_file(f)
             if f.name == "run.json":

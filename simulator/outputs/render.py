@@ -19,7 +19,7 @@ from simulator.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:  # annotations only: `axsim collective` renders without the engine
     from simulator.engine.core import ProgressFn
-from simulator.outputs.report import Report
+    from simulator.outputs.report import Report
 
 PIPED_WIDTH = 160
 COMPUTE_LABELS = {
