@@ -123,21 +123,24 @@ def _settings() -> settings:
     )
 
 
+# Draws lean where the tuner has a choice: all-reduces (ring or tree across nodes, ring
+# or direct inside one) and Frontier, whose protocols differ most (RCCL's LL runs at 2% of
+# a link there); the other kinds and machines keep their share.
+OPS = ["all-reduce"] * 5 + ["all-gather", "reduce-scatter", "broadcast", "reduce", "all-to-all"]
+MACHINES = ["frontier", "frontier", "perlmutter", "dgx-h100", "dgx-a100"]
+
+
 @st.composite
 def collectives(draw: st.DrawFn) -> dict[str, object]:
-    machine = draw(st.sampled_from(sorted(PER_NODE)))
-    nodes = draw(st.sampled_from([2, 4, 8]))
+    machine = draw(st.sampled_from(MACHINES))
+    nodes = draw(st.sampled_from([2, 4, 8, 16]))
     gpus = nodes * PER_NODE[machine]
-    group = draw(st.sampled_from([g for g in (2, 4, 8, 16, 32, 64) if g <= gpus]))
+    group = draw(st.sampled_from([g for g in (2, 4, 8, 16, 32, 64, 128) if g <= gpus]))
     stride = draw(st.sampled_from([s for s in (1, PER_NODE[machine]) if gpus % (group * s) == 0]))
     return {
         "machine": machine,
         "nodes": nodes,
-        "op": draw(
-            st.sampled_from(
-                ["all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce", "all-to-all"]
-            )
-        ),
+        "op": draw(st.sampled_from(OPS)),
         "group": group,
         "stride": stride,
         "nbytes": 2 ** draw(st.integers(10, 30)),
@@ -179,7 +182,7 @@ def test_less_bandwidth_never_makes_a_collective_faster(case: dict[str, object])
 @st.composite
 def runs(draw: st.DrawFn) -> tuple[list[str], str, float, float]:
     strategy = draw(st.sampled_from(STRATEGY_NAMES))
-    machine = draw(st.sampled_from(sorted(PER_NODE)))
+    machine = draw(st.sampled_from(MACHINES))
     gpus = draw(st.sampled_from([16, 32]))
     sets = [f"cluster.machine={machine}", f"cluster.gpus={gpus}", "model.name=gpt-tiny",
             f"training.batch_tokens={2 ** draw(st.sampled_from([15, 17, 20]))}",

@@ -399,9 +399,9 @@ def calibrate(
         ev = evidence[run.gpu]
         ev.runs.append(run)
         ev.traces += list(run.traces.values())
-        found = gemm_samples(run.traces.values())
-        check_gemm_rates(run.gpu, found, ", ".join(str(f) for f in files[:1]))
-        for key, values in found.items():
+        gemms = gemm_samples(run.traces.values())
+        check_gemm_rates(run.gpu, gemms, ", ".join(str(f) for f in files[:1]))
+        for key, values in gemms.items():
             ev.gemm[key] += values
         overhead, gloo = 0.0, host_terms and run.backend == "gloo"
         if run.gpu == "cpu":

@@ -62,7 +62,9 @@ def register(app: click.Group) -> None:
         try:  # renamed into place: an interrupted write leaves the previous file whole
             atomic_write_text(out_file, json.dumps(stamp(dict(result)), indent=2))
         except OSError as e:
-            raise click.BadParameter(f"{out_file}: cannot write ({e.strerror})", "--out") from None
+            raise click.BadParameter(
+                f"{out_file}: cannot write ({e.strerror})", param_hint="--out"
+            ) from None
         table = Table(
             title=f"axsim bench (raw simpy: {result['raw_simpy_events_per_s']:,.0f} events/s)"
         )
