@@ -189,6 +189,22 @@ def test_calibrate_keeps_the_previous_file_on_a_full_disk(tmp_path: Path) -> Non
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".cal")] == []
 
 
+def test_a_killed_calibrate_leaves_the_previous_file_or_the_new_one(tmp_path: Path) -> None:
+    from simulator.cost.calibration import load_calibration
+
+    traces = tmp_path / "t"
+    synth.write_run(traces)
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(traces), "-o", str(cal)]) == 0
+    before = cal.read_bytes()
+    for point, sig in zip(KILL_POINTS[:2], (signal.SIGTERM, signal.SIGKILL), strict=True):
+        proc = _axsim(["calibrate", str(traces), "-o", str(cal), "--gpu", "h200"])
+        assert "Traceback" not in _kill_after(proc, point, sig)
+        after = cal.read_bytes()
+        assert after == before or "h200" in load_calibration(cal).gpus  # whole, old or new
+        before = after
+
+
 def test_calibrate_never_overwrites_an_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
