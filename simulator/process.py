@@ -19,7 +19,6 @@ Why each piece:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import io
 import os
@@ -27,12 +26,13 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import ConfigError, SimulatorError
+
+if TYPE_CHECKING:  # the pool's modules load when a pool is made, not with the CLI
+    from concurrent.futures import ProcessPoolExecutor
 
 
 class Terminated(BaseException):
@@ -176,6 +176,8 @@ def die_with_parent(parent: int) -> None:
     # a worker's SIGINT is its parent's business (Ctrl-C reaches the whole group)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(Exception):
+        import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
@@ -192,6 +194,9 @@ def worker_pool(jobs: int, what: str) -> Iterator[ProcessPoolExecutor]:
     is shut down without waiting for queued work, and its workers are terminated, so an
     error, Ctrl-C or SIGTERM leaves no process behind. A worker that dies mid-task is one
     WorkerDied error naming `what`."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     pool = ProcessPoolExecutor(
         max_workers=jobs, initializer=die_with_parent, initargs=(os.getpid(),)
     )
