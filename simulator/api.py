@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from simulator.build import build_cost_model, build_topology
 from simulator.choices import Choice, algorithm_choices
@@ -25,6 +26,9 @@ from simulator.outputs.report import Report, build_report, model_overrides
 from simulator.workload import WorkloadPlan, build_plan
 from topologies.hardware import GpuSpec, gpu_spec
 from topologies.types import Topology
+
+if TYPE_CHECKING:  # the calibration models load only when a file is given
+    from simulator.cost.calibration import Calibration
 
 
 @dataclass(eq=False)
@@ -79,6 +83,47 @@ def kernel_terms(kernels: KernelModel, cost: CostModel) -> dict[str, object]:
     if cost.queues is not None:
         out["hardware_queues"] = cost.queues.vendor
     return out
+
+
+def calibrated_what_ifs(
+    config: ExperimentConfig, calibration: Calibration | None, gpu: str
+) -> list[Choice]:
+    """Say so when bandwidth what-ifs meet calibrated collectives: a table gives the time
+    measured on the measured hardware, so a what-if that changes the links of its tier
+    does not change that time (only how it shares links with other traffic)."""
+    g = calibration.for_gpu(gpu) if calibration is not None else None
+    if g is None or not g.collectives:
+        return []
+    c = config.cluster
+    by_tier = {
+        "intra_node": [f"cluster.intra_node_bandwidth_scale={c.intra_node_bandwidth_scale:g}"]
+        if c.intra_node_bandwidth_scale != 1.0
+        else [],
+        "inter_node": [
+            f"cluster.{k}={v:g}"
+            for k, v in (
+                ("nic_bandwidth_GBps", c.nic_bandwidth_GBps),
+                ("fabric_link_bandwidth_GBps", c.fabric_link_bandwidth_GBps),
+                ("nics_per_node", c.nics_per_node),
+            )
+            if v is not None
+        ],
+    }
+    tables = sorted(
+        {f"{t.collective.value} {t.tier}" for t in g.collectives if by_tier.get(t.tier)}
+    )
+    whatifs = sorted({w for t in g.collectives for w in by_tier.get(t.tier, [])})
+    if not tables:
+        return []
+    return [
+        Choice(
+            "calibrated collectives",
+            "measured times",
+            f"engine.calibration's tables ({', '.join(tables)}) give {gpu} times measured on "
+            f"real links; the what-ifs {', '.join(whatifs)} do not change them, only the "
+            "sharing of links with other traffic",
+        )
+    ]
 
 
 def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) -> Result:
@@ -145,7 +190,13 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
         memory=plan.memory,
         model_flops=plan.model_flops,
         batch_tokens=config.training.batch_tokens,
-        choices=[c.as_dict() for c in run_choices(plan, engine, cost.pricer.decisions)],
+        choices=[
+            c.as_dict()
+            for c in [
+                *run_choices(plan, engine, cost.pricer.decisions),
+                *calibrated_what_ifs(config, calibration, gpu.name),
+            ]
+        ],
         stages=plan.stages,
         model_overrides=model_overrides(config.model),
         kernel_terms=kernel_terms(kernels, cost),

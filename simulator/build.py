@@ -20,7 +20,9 @@ def build_topology(cluster: ClusterConfig) -> Topology:
         from topologies.custom import load_custom_topology
 
         assert cluster.topology_file is not None
-        return load_custom_topology(cluster.topology_file)
+        topology = load_custom_topology(cluster.topology_file)
+        _check_custom_size(cluster, topology)
+        return topology
     from topologies.machines import build_machine
 
     nodes = cluster.num_nodes
@@ -36,6 +38,20 @@ def build_topology(cluster: ClusterConfig) -> Topology:
         fabric_link_bandwidth_GBps=cluster.fabric_link_bandwidth_GBps,
         routing=cluster.routing,
     )
+
+
+def _check_custom_size(cluster: ClusterConfig, topology: Topology) -> None:
+    """A run may use part of a custom topology, never more GPUs or nodes than the file
+    has (8 ranks on a 4-GPU file indexed past its GPU table: IndexError)."""
+    where = f"the custom topology {cluster.topology_file}"
+    if cluster.gpus is not None and cluster.gpus > topology.num_gpus:
+        raise ConfigError(f"cluster.gpus={cluster.gpus}: {where} has {topology.num_gpus} GPUs")
+    nodes = topology.metadata.get("nodes")
+    if cluster.nodes is not None and isinstance(nodes, int) and cluster.nodes != nodes:
+        raise ConfigError(
+            f"cluster.nodes={cluster.nodes}: {where} has {nodes} nodes (give cluster.gpus to "
+            "use part of it)"
+        )
 
 
 def build_cost_model(

@@ -25,7 +25,9 @@ from simulator.errors import ConfigError, SimulatorError
 from topologies.catalogue import machine_preset
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_catalogue
+from topologies.limits import BANDWIDTH_SCALE_RANGE, MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from topologies.machines import MAX_GPUS
+from topologies.user_files import read_user_text
 from topologies.user_model import UserModel, first_error_line
 from topologies.yaml_loader import load_user_yaml, yaml_error_line
 from workloads.errors import WorkloadError
@@ -41,16 +43,8 @@ class Straggler(UserModel):
     slowdown: float = Field(ge=0.01, le=1e4)
 
 
-# Bounds of the bandwidth what-ifs, against typos (like the size bounds below): 1 MB/s is
-# slower than any network a training run has used (10 Mbit Ethernet moves 1.25 MB/s) and
-# 10^6 GB/s is over 500x NVLink 5's 1.8 TB/s per GPU; a scale of 10^-4..10^4 spans the
-# same range for the links inside a node. A bandwidth of 5e-324 GB/s made every collective
-# infinitely long (reported as "no algorithm supports all-reduce").
-MIN_BANDWIDTH_GBPS = 1e-3
-MAX_BANDWIDTH_GBPS = 1e6
-BANDWIDTH_SCALE_RANGE = (1e-4, 1e4)
-
-
+# Bounds of the bandwidth what-ifs (topologies/limits.py: shared with the topology
+# builders, the CLI flags and custom topology files).
 class ClusterConfig(UserModel):
     """The machine: a preset (or a custom topology file) at a size, plus what-if overrides."""
 
@@ -322,7 +316,7 @@ def read_yaml_file(
     if folder:
         raise error(f"{p}: is a folder, not a {what}")
     try:
-        return load_user_yaml(p.read_text())
+        return load_user_yaml(read_user_text(p))
     except OSError as e:
         raise error(f"{p}: cannot read the {what} ({e.strerror})") from None
     except UnicodeDecodeError:

@@ -20,6 +20,7 @@ import yaml
 
 from simulator.errors import CostModelError
 from topologies.hardware import GpuSpec, gpu_catalogue
+from topologies.user_files import read_user_text
 from topologies.yaml_loader import load_packaged_yaml
 
 DEFAULTS_FILE = "data/kernel_defaults.yaml"
@@ -87,7 +88,7 @@ def raw_defaults(path: str | None) -> dict[str, Any]:
     else:
         where = path
         try:
-            text = Path(path).read_text()
+            text = read_user_text(path)
         except OSError as exc:
             raise CostModelError(f"kernel defaults {path}: cannot read ({exc.strerror})") from exc
         except UnicodeDecodeError:

@@ -37,6 +37,15 @@ from workloads.models import TransformerSpec
 from workloads.run import ClusterShape, TrainingSetup, batch_sequences, divisors
 
 DEFAULT_BUCKET_ELEMS = 40_000_000
+# Most (stage, microbatch, virtual stage) forward passes a pipeline schedule may hold:
+# every stage's 1F1B order is built item by item before its ops, and passes that differ
+# (warm-up and cool-down of an interleaved schedule) are built in full, so the build grows
+# with pp x microbatches x virtual stages. Measured here: pp 512 x 4,096 microbatches (2^21)
+# ran past 147 CPU-s and 3.5 GB with no answer; pp 8 x 64 x 512 virtual stages (2^18)
+# ran past 15 minutes at 0.6 GB. The largest published configuration we model, GPT-3
+# 175B on 64 A100s (pp 8 x 1,536 microbatches x 3 virtual stages = 36,864; Narayanan et
+# al. 2021, Table 1), is inside 2^16 with room to spare.
+MAX_PIPELINE_PASSES = 2**16
 
 
 @dataclass(frozen=True, order=True)
@@ -327,6 +336,15 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
         check_tensor_parallel(spec, setup.tp, "parallel.tp")
     check_stages(spec, setup)
     check_context_parallel(spec, setup)
+    passes = setup.pp * setup.microbatches * setup.virtual_stages
+    if setup.pp > 1 and passes > MAX_PIPELINE_PASSES:
+        raise WorkloadError(
+            f"parallel.pp={setup.pp} x {setup.microbatches:,} microbatches x "
+            f"parallel.virtual_stages={setup.virtual_stages} = {passes:,} forward passes to "
+            f"schedule, more than the {MAX_PIPELINE_PASSES:,} axsim schedules per iteration: "
+            "use a larger training.microbatch_sequences, a smaller training.batch_tokens "
+            "or fewer parallel.virtual_stages"
+        )
     if setup.virtual_stages > 1 and setup.microbatches % setup.pp:
         raise WorkloadError(
             f"parallel.virtual_stages: the interleaved schedule needs the {setup.microbatches} "
