@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from simulator.cost.terms import Interference
 from simulator.network.params import NetworkParams
 from simulator.network.pricing import CollectivePricer
@@ -46,21 +48,38 @@ class RooflineKernels:
         return max(t_flops, t_bytes) + self.launch_overhead_s
 
 
+@dataclass(frozen=True)
+class GpuCompute:
+    """The compute pricing of one more GPU type of a mixed machine: its kernel timer and
+    the slowdown of its kernels beside communication."""
+
+    gpu: str
+    kernels: KernelTimer
+    overlap_slowdown: float | Interference = 1.0
+
+
 @dataclass
 class CostModel:
     """Kernel timer + collective pricer + network fidelity + overlap slowdown (one factor,
-    or an Interference with one factor per kernel class)."""
+    or an Interference with one factor per kernel class).
+
+    On a mixed machine (`cluster.node_gpus`) `gpu_mix` gives per GPU index the code of its
+    type: 0 the run's GPU (`kernels`, `overlap_slowdown`), k the k-th of `mixed`. The
+    network is priced alike for all (the links are the machine's)."""
 
     kernels: KernelTimer
     pricer: CollectivePricer
     network: str = "contention"
     overlap_slowdown: float | Interference = 1.0
+    mixed: tuple[GpuCompute, ...] = ()
+    gpu_mix: np.ndarray | None = None
 
-    @property
-    def stretches_overlap(self) -> bool:
-        """Whether compute that overlaps communication is stretched at all."""
-        s = self.overlap_slowdown
-        return s.active if isinstance(s, Interference) else s != 1.0
+    def compute_of(self, code: int) -> tuple[KernelTimer, float | Interference]:
+        """(kernel timer, overlap slowdown) of GPU type code `code` (see `gpu_mix`)."""
+        if code == 0:
+            return self.kernels, self.overlap_slowdown
+        m = self.mixed[code - 1]
+        return m.kernels, m.overlap_slowdown
 
     @property
     def params(self) -> NetworkParams:

@@ -29,6 +29,7 @@ import numpy as np
 import simpy
 
 from simulator.cost.model import CostModel
+from simulator.cost.terms import Interference
 from simulator.engine.compiled import (
     COLL,
     PS_PER_S,
@@ -47,10 +48,18 @@ from simulator.engine.network import (
     queued_events,
     shift_clock,
 )
-from simulator.engine.periodic import Cut, cut_points, host_slack_ok, periods_match, take_cut
+from simulator.engine.periodic import (
+    Cut,
+    cut_points,
+    host_slack_ok,
+    periods_match,
+    sync_in,
+    take_cut,
+)
 from simulator.engine.ranks import Pending as _Pending
 from simulator.engine.ranks import RankState as _Rank
 from simulator.engine.ranks import Warp, wait_for
+from simulator.engine.refine import rank_seeds, refine_classes
 from simulator.engine.regions import find_regions
 from simulator.engine.timeline_build import (
     program_columns,
@@ -105,6 +114,11 @@ def split_classes_by_position(
     pairs = np.stack([graph.rank_class, positions[ranks]], axis=1)
     _, split = unique_rows(pairs)  # np.unique(pairs, axis=0)'s inverse, without its sort
     return replace(graph, rank_class=split.astype(np.int64))
+
+
+def _stretches(overlap: float | Interference) -> bool:
+    """Whether compute that overlaps communication is stretched at all."""
+    return overlap.active if isinstance(overlap, Interference) else overlap != 1.0
 
 
 MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
@@ -183,29 +197,56 @@ class Engine:
                 raise EngineError(f"straggler rank {r} is outside 0..{graph.world_size - 1}")
         # a slowdown of exactly 1 changes nothing, so it must not force the full mode
         self.stragglers = {r: f for r, f in (stragglers or {}).items() if f != 1.0}
+        self.placement = self._placement(placement)
+        workload = graph
         if mode != "full" and graph.rank_class is not None:
-            graph = split_classes_by_position(graph, topology, placement)
-            self.graph = graph
-        self.view: RankView = choose_view(graph, mode, bool(self.stragglers))
-        check_simulated_ops(graph, self.view)
+            graph = split_classes_by_position(graph, topology, self.placement)
+
+        def refine() -> np.ndarray:
+            factors = np.ones(workload.world_size)
+            for r, f in self.stragglers.items():
+                factors[r] = f
+            seeds = rank_seeds(workload, topology, self.placement, factors, cost.gpu_mix)
+            return refine_classes(workload, seeds)
+
+        self.view, self.graph = choose_view(graph, mode, self._differences(), refine)
+        check_simulated_ops(self.graph, self.view)
         cost.pricer.tuner = "bottleneck" if cost.network == "alpha-beta" else "shared"
+        self.steady_state = steady_state
+        self.progress = progress
+
+    def _placement(self, placement: np.ndarray | None) -> np.ndarray:
+        """The rank -> GPU index map, checked (default: rank r on GPU r)."""
+        graph, topology = self.graph, self.topology
         if placement is None:
             if graph.world_size > topology.num_gpus:
                 raise EngineError(
                     f"the workload has {graph.world_size} ranks but the topology only {topology.num_gpus} GPUs"
                 )
             placement = np.arange(graph.world_size, dtype=np.int64)
-        self.placement = np.asarray(placement, dtype=np.int64)
-        if self.placement.shape != (graph.world_size,):
+        out = np.asarray(placement, dtype=np.int64)
+        if out.shape != (graph.world_size,):
             raise EngineError("placement must map every rank to a GPU")
         if (
-            self.placement.min() < 0
-            or self.placement.max() >= topology.num_gpus
-            or distinct_count(self.placement) != graph.world_size
+            out.min() < 0
+            or out.max() >= topology.num_gpus
+            or distinct_count(out) != graph.world_size
         ):
             raise EngineError("placement must map ranks to distinct GPUs of the topology")
-        self.steady_state = steady_state
-        self.progress = progress
+        return out
+
+    def _differences(self) -> str:
+        """What makes some ranks differ on their own ("" when nothing does)."""
+        out = []
+        n = len(self.stragglers)
+        if n:
+            out.append(f"{n} straggler{'s' if n > 1 else ''}")
+        mix = self.cost.gpu_mix
+        if mix is not None:
+            types = distinct_count(mix[self.placement])
+            if types > 1:
+                out.append(f"{types} GPU types")
+        return " and ".join(out)
 
     # ------------------------------------------------------------------- run
     def run(self) -> EngineResult:
@@ -236,26 +277,29 @@ class Engine:
         self.processed = 0
         self.skipped = 0
         self.next_report = 0
-        unrolled: dict[tuple[int, float], Unrolled] = {}
-        durations: dict[object, int] = {}
+        unrolled: dict[tuple[int, float, int], Unrolled] = {}
+        durations: dict[int, dict[object, int]] = {}  # per GPU type code
+        mix = self.cost.gpu_mix
         self.ranks: list[_Rank] = []
         for rep in self.view.reps.tolist():
             pidx = int(self.graph.rank_program[rep])
             factor = float(self.stragglers.get(rep, 1.0))
-            prog = unrolled.get((pidx, factor))
+            code = 0 if mix is None else int(mix[self.placement[rep]])
+            prog = unrolled.get((pidx, factor, code))
             if prog is None:
                 program = self.graph.programs[pidx]
+                kernels, overlap = self.cost.compute_of(code)
                 cp = compile_program(
                     program,
-                    self.cost.kernels,
+                    kernels,
                     factor,
-                    self.cost.overlap_slowdown,
-                    durations,
-                    self._comm_estimator(rep) if self.cost.stretches_overlap else None,
+                    overlap,
+                    durations.setdefault(code, {}),
+                    self._comm_estimator(rep) if _stretches(overlap) else None,
                 )
                 prog = Unrolled(cp, find_regions(program, cp))
                 prog.work = self.work
-                unrolled[(pidx, factor)] = prog
+                unrolled[(pidx, factor, code)] = prog
             n = prog.num_ops
             ns = len(prog.stream_names)
             r = _Rank(
@@ -407,8 +451,8 @@ class Engine:
             for arr in (r.start, r.end):
                 v = np.frombuffer(arr, dtype=np.int64)[wb.lo : wb.hi]
                 v[v >= 0] += delta
-            for i in [i for i in r.sync if wb.lo <= i < wb.hi]:
-                r.sync[i] += delta
+            for i, v in sync_in(r.sync, wb.lo, wb.hi):
+                r.sync[i] = v + delta
             r.free = [f + delta for f in r.free]
             host = copies * wb.run.issue_ps
             r.ish += host
