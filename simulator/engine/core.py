@@ -451,8 +451,8 @@ class Engine:
             for arr in (r.start, r.end):
                 v = np.frombuffer(arr, dtype=np.int64)[wb.lo : wb.hi]
                 v[v >= 0] += delta
-            for i, v in sync_in(r.sync, wb.lo, wb.hi):
-                r.sync[i] = v + delta
+            for i, t in sync_in(r.sync, wb.lo, wb.hi):
+                r.sync[i] = t + delta
             r.free = [f + delta for f in r.free]
             host = copies * wb.run.issue_ps
             r.ish += host
