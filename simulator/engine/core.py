@@ -37,37 +37,28 @@ from simulator.engine.compiled import (
     SEND,
     WAIT,
     CommInfo,
+    CompiledProgram,
     compile_program,
 )
 from simulator.engine.modes import RankView, choose_view
 from simulator.engine.network import (
     Activation,
     NetworkStats,
-    _Call,
     build_network,
-    queued_events,
-    shift_clock,
 )
-from simulator.engine.periodic import (
-    Cut,
-    cut_points,
-    host_slack_ok,
-    periods_match,
-    sync_in,
-    take_cut,
-)
+from simulator.engine.prover import Prover, Watch, private_links, rank_components
 from simulator.engine.ranks import Pending as _Pending
 from simulator.engine.ranks import RankState as _Rank
-from simulator.engine.ranks import Warp, wait_for
+from simulator.engine.ranks import wait_for
 from simulator.engine.refine import rank_seeds, refine_classes
-from simulator.engine.regions import find_regions
+from simulator.engine.regions import Region, find_regions
 from simulator.engine.timeline_build import (
     program_columns,
     rank_timeline,
     record_issue,
     text_times,
 )
-from simulator.engine.unroll import RegionRun, Unrolled, ordinal_key
+from simulator.engine.unroll import Unrolled, ordinal_key
 from simulator.errors import EngineError
 from simulator.outputs.timeline import Timeline
 from topologies.positions import node_position_classes
@@ -77,14 +68,6 @@ from workloads.graph import OpGraph
 
 ProgressFn = Callable[[int, int, float], None]
 """progress(ops_done, ops_total, simulated_time_s)."""
-
-CUT_PRIORITY = 3  # after LATE (2): a cut sees the state after every event of its instant
-MAX_PERIOD_COPIES = 2  # periods of 1 or 2 copies are tried (contention may alternate)
-# Cut points per copy of the watched region (evenly spaced body offsets). A period can be
-# proved from any instant after the transient (periodic.py), so cutting inside copies
-# proves it up to a copy earlier than cutting at copy starts only; cuts whose windows are
-# not all inside region copies cost one window scan (take_cut returns None).
-CUTS_PER_COPY = 8
 
 
 class _Launch:
@@ -277,16 +260,16 @@ class Engine:
         self.processed = 0
         self.skipped = 0
         self.next_report = 0
-        unrolled: dict[tuple[int, float, int], Unrolled] = {}
+        compiled: dict[tuple[int, float, int], tuple[CompiledProgram, list[Region]]] = {}
         durations: dict[int, dict[object, int]] = {}  # per GPU type code
         mix = self.cost.gpu_mix
-        self.ranks: list[_Rank] = []
+        keys: list[tuple[int, float, int]] = []
         for rep in self.view.reps.tolist():
             pidx = int(self.graph.rank_program[rep])
             factor = float(self.stragglers.get(rep, 1.0))
             code = 0 if mix is None else int(mix[self.placement[rep]])
-            prog = unrolled.get((pidx, factor, code))
-            if prog is None:
+            key = (pidx, factor, code)
+            if key not in compiled:
                 program = self.graph.programs[pidx]
                 kernels, overlap = self.cost.compute_of(code)
                 cp = compile_program(
@@ -297,9 +280,19 @@ class Engine:
                     durations.setdefault(code, {}),
                     self._comm_estimator(rep) if _stretches(overlap) else None,
                 )
-                prog = Unrolled(cp, find_regions(program, cp))
+                compiled[key] = (cp, find_regions(program, cp))
+            keys.append(key)
+        parts = self._parts(list(compiled.values()))
+        # ranks of one program share its unrolled lists, within a prover component (a
+        # component skips its copies alone)
+        unrolled: dict[tuple[int, float, int, int], Unrolled] = {}
+        self.ranks: list[_Rank] = []
+        for rep, key, part in zip(self.view.reps.tolist(), keys, parts, strict=True):
+            prog = unrolled.get((*key, part))
+            if prog is None:
+                prog = Unrolled(*compiled[key])
                 prog.work = self.work
-                unrolled[(pidx, factor, code)] = prog
+                unrolled[(*key, part)] = prog
             n = prog.num_ops
             ns = len(prog.stream_names)
             r = _Rank(
@@ -311,22 +304,56 @@ class Engine:
                 pos=[0] * ns,
                 free=[0] * ns,
                 inflight=[-1] * ns,
+                part=part,
             )
             prog.users.append(r)
             self.ranks.append(r)
         self.ops_total = sum(r.prog.program.represented_ops for r in self.ranks)
-        # the periodic prover watches the first simulated rank's region copies
-        self.watcher = self.ranks[0] if self.steady_state and self.ranks else None
-        self.watch_run: RegionRun | None = None
-        self.watch_points: list[int] = []
-        self.watch_next = 0
-        self.cut_point = 0
-        self.cuts: dict[int, list[Cut]] = {}  # per cut point, the last cuts taken there
-        self.cut_hint = [0]  # the rank a cut last found outside region copies
-        self.cut_at = -1
-        if self.watcher is not None:
-            self._watch_next(None)
+        self.prover: Prover | None = None
+        self.part_watch: list[Watch] = []
+        if self.steady_state and self.ranks:
+            watches = self._watches(max(parts) + 1)
+            self.part_watch = [] if watches[0].whole else watches
+            self.prover = Prover(self, watches, self._phase_links)
         self.setup_time_s = time.perf_counter() - t0
+
+    def _parts(self, compiled: list[tuple[CompiledProgram, list[Region]]]) -> list[int]:
+        """Per simulated rank, its prover component (simulator/engine/prover.py): all 0
+        unless the ranks differ (stragglers, GPU types) and some of them meet in no
+        collective inside a region."""
+        n = self.view.reps.size
+        if not self.steady_state or not self._differences() or n < 2:
+            return [0] * n
+        groups = {
+            info.group
+            for cp, regions in compiled
+            for reg in regions
+            for info in cp.comm[reg.start : reg.start + reg.length]
+            if info is not None
+        }
+        return rank_components(self.view, groups)
+
+    def _watches(self, parts: int) -> list[Watch]:
+        """The prover's watches: the whole engine, or one per component."""
+        if parts <= 1:
+            return [Watch(self.ranks, whole=True)]
+        members: list[list[_Rank]] = [[] for _ in range(parts)]
+        for r in self.ranks:
+            members[r.part].append(r)
+        private = (
+            private_links(self.topology, self.placement, self.view, [r.part for r in self.ranks])
+            if self.cost.network == "contention"
+            else [None] * parts
+        )
+        return [Watch(rs, whole=False, part=p, private=private[p]) for p, rs in enumerate(members)]
+
+    def _phase_links(self, act: Activation) -> list[np.ndarray]:
+        """The link ids of each phase an activation's bundles use (the pricer's cached
+        binding, as the network priced it)."""
+        bundles = self.cost.pricer.bundles(
+            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
+        )
+        return [ph.links for b in bundles for ph in b.phases]
 
     def _comm_estimator(self, rank: int):
         """Isolated duration estimates of `rank`'s communication ops (for overlap), cached
@@ -371,118 +398,6 @@ class Engine:
         self.env.run()
         self._check_finished()
         return self._result()
-
-    # ----------------------------------------------------------- periodicity
-    def _watch_next(self, after: RegionRun | None) -> None:
-        """Watch the watcher's next region (after `after`) for copies to compare."""
-        assert self.watcher is not None
-        runs = self.watcher.prog.runs
-        k = 0 if after is None else runs.index(after) + 1
-        self.watch_run = runs[k] if k < len(runs) else None
-        self.watch_points = (
-            cut_points(self.watch_run.length, CUTS_PER_COPY) if self.watch_run else []
-        )
-        self.watch_next = 0  # next cut point: copy * len(watch_points) + point
-        self.cut_point = 0
-        self.cuts = {}
-
-    def _poll(self) -> None:
-        """The watcher advanced: once it has started the op of the next cut point (any
-        copy), cut after every event of this instant."""
-        run = self.watch_run
-        assert run is not None and self.watcher is not None
-        points = self.watch_points
-        k, j = divmod(self.watch_next, len(points))
-        if k >= len(run.copy_starts):
-            if run.copies_left <= 0 and run.done:
-                self._watch_next(run)
-            return
-        start = self.watcher.start
-        if start[run.copy_starts[k] + points[j]] < 0:
-            return
-        while True:  # every point the watcher has passed by now: cut once, as the last
-            self.cut_point = j
-            self.watch_next += 1
-            k, j = divmod(self.watch_next, len(points))
-            if k >= len(run.copy_starts) or start[run.copy_starts[k] + points[j]] < 0:
-                break
-        now = int(self.env.now)
-        if self.cut_at != now:
-            self.cut_at = now
-            self.env.schedule(_Call(self.env, self._cut), CUT_PRIORITY, 0)  # type: ignore[arg-type]
-
-    def _cut(self) -> None:
-        run = self.watch_run
-        if run is None:
-            return
-        cut = take_cut(self, int(self.env.now), self.cut_hint)
-        earlier = self.cuts.get(self.cut_point, [])
-        for back in range(1, MAX_PERIOD_COPIES + 1):
-            if cut is None or back > len(earlier):
-                break  # (None: some rank is outside region copies, no cut matches it)
-            prev = earlier[-back]
-            if not periods_match(prev, cut, back) or not host_slack_ok(self, prev, cut, back):
-                continue
-            copies = min(w.run.copies_left for w in cut.windows if w.run is not None)
-            copies -= copies % back
-            if copies > 0:
-                self._warp(prev, cut, copies, back)
-                self._watch_next(run)
-                return
-        if cut is not None:
-            self.cuts[self.cut_point] = [*earlier[-(MAX_PERIOD_COPIES - 1) :], cut]
-        if run.copies_left <= 0:
-            self._watch_next(run)
-
-    def _warp(self, a: Cut, b: Cut, copies: int, back: int) -> None:
-        """Skip `copies` copies of every rank's region (`copies` / `back` periods of
-        b.time - a.time): shift the state at cut b that much later (see periodic.py)."""
-        periods = copies // back
-        period = b.time - a.time
-        delta = periods * period
-        runs = {id(w.run): w.run for w in b.windows if w.run is not None}
-        for run in runs.values():
-            run.skipped += copies
-        run_of: dict[int, RegionRun] = {}
-        for r, wa, wb in zip(self.ranks, a.windows, b.windows, strict=True):
-            if wb.run is None:
-                continue
-            run_of[id(r)] = wb.run
-            for arr in (r.start, r.end):
-                v = np.frombuffer(arr, dtype=np.int64)[wb.lo : wb.hi]
-                v[v >= 0] += delta
-            for i, t in sync_in(r.sync, wb.lo, wb.hi):
-                r.sync[i] = t + delta
-            r.free = [f + delta for f in r.free]
-            host = copies * wb.run.issue_ps
-            r.ish += host
-            for okey, c in wb.run.counts.items():
-                r.oshift[okey] = r.oshift.get(okey, 0) + copies * c
-            r.warps.append(Warp(wa.lo, wb.lo, periods, period, a.time, b.time, host))
-        pending: dict[tuple[object, ...], _Pending] = {}
-        for key, p in self.pending.items():
-            p.ready += delta
-            r0, i0, _ = p.parts[0]
-            info = r0.prog.comm[i0]
-            assert info is not None
-            extra = copies * run_of[id(r0)].counts.get(ordinal_key(info, r0.prog.kind[i0]), 0)
-            ordinal = key[-1]
-            assert isinstance(ordinal, int)
-            pending[(*key[:-1], ordinal + extra)] = p
-        self.pending = pending
-        acts: dict[int, Activation] = {}
-        for _, _, tag in queued_events(self.env):
-            for x in tag or ():
-                if isinstance(x, Activation):
-                    acts[id(x)] = x
-        for c in getattr(self.net, "active", ()):
-            acts[id(c.act)] = c.act
-        for act in acts.values():
-            act.start_ps += delta
-        self.net.shift(delta)
-        shift_clock(self.env, delta)
-        self.stats.repeat_since(a.link_bytes, periods)
-        self.skipped += copies
 
     # ---------------------------------------------------------------- streams
     def _drain(self) -> None:
@@ -534,8 +449,9 @@ class Engine:
                     r.pos[s], r.free[s] = pos, free
                     self.processed += pos - first
                     self._arrive(r, i, s, t)
-                    if r is self.watcher and self.watch_run is not None:
-                        self._poll()
+                    w = r.watch
+                    if w is not None and w.run is not None:
+                        self.prover.poll(w)  # type: ignore[union-attr]
                     return
                 wait_for(waiters, d, s)  # blocked on op d, not done yet
                 n = -1  # stop: blocked
@@ -555,8 +471,9 @@ class Engine:
                 break
         r.pos[s], r.free[s] = pos, free
         self.processed += pos - first
-        if r is self.watcher and self.watch_run is not None:
-            self._poll()
+        w = r.watch
+        if w is not None and w.run is not None:
+            self.prover.poll(w)  # type: ignore[union-attr]
 
     # -------------------------------------------------------------- rendezvous
     def _group_keys(self, r: _Rank, group: str) -> tuple[int, int, int]:
@@ -672,12 +589,14 @@ class Engine:
             owner=launch,
         )
         launch.act = act
+        if self.part_watch:  # per-component proofs: whose it is, and its pattern
+            act.part = r.part
+            self.part_watch[r.part].patterns[sk] = (act, start)
         self.net.submit(act, start)
 
     def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:
         work = self.work
         append = work.append
-        watcher = self.watcher
         for r, i, s in parts:
             r.end[i] = end
             r.sync[i] = start
@@ -685,7 +604,7 @@ class Engine:
             pos = r.pos[s] = r.pos[s] + 1
             r.inflight[s] = -1
             waiters = r.waiters
-            if r is watcher or r.prog.kind[i] != COLL or not self._blocked(r, s, pos):
+            if r.watch is not None or r.prog.kind[i] != COLL or not self._blocked(r, s, pos):
                 append((r, s))
             if i in waiters:
                 for x in waiters.pop(i):

@@ -112,6 +112,7 @@ class Activation:
     bundles: tuple[Bundle, ...] = ()
     open_bundles: int = 0
     owner: object = None
+    part: int = -1  # the periodic prover's component of the ranks it serves (-1: none)
 
 
 @dataclass
@@ -122,10 +123,12 @@ class NetworkStats:
     reprices: int = 0
     rate_cache_hits: int = 0
     simpy_events: int = 0
-    phase_bytes: dict[int, tuple[BoundPhase, float]] = field(default_factory=dict)
+    phase_bytes: dict[tuple[int, int], tuple[BoundPhase, float]] = field(default_factory=dict)
 
-    def add_bytes(self, phase: BoundPhase, per_flow_bytes: float) -> None:
-        key = id(phase)
+    def add_bytes(self, phase: BoundPhase, per_flow_bytes: float, part: int = -1) -> None:
+        """Bytes per flow a phase moved, kept apart per prover component (`part`), whose
+        skipped periods repeat their own bytes only."""
+        key = (id(phase), part)
         prev = self.phase_bytes.get(key)
         self.phase_bytes[key] = (phase, per_flow_bytes + (prev[1] if prev else 0.0))
 
@@ -135,12 +138,17 @@ class NetworkStats:
             np.add.at(out, phase.links, phase.counts * total)
         return out
 
-    def snapshot(self) -> dict[int, float]:
+    def snapshot(self) -> dict[tuple[int, int], float]:
         return {k: v[1] for k, v in self.phase_bytes.items()}
 
-    def repeat_since(self, snap: dict[int, float], times: int) -> None:
-        """Add `times` more copies of the bytes moved since `snap` (skipped periods)."""
+    def repeat_since(
+        self, snap: dict[tuple[int, int], float], times: int, part: int | None = None
+    ) -> None:
+        """Add `times` more copies of the bytes moved since `snap` (skipped periods), by
+        one prover component (`part`) or by all (None)."""
         for k, (phase, total) in list(self.phase_bytes.items()):
+            if part is not None and k[1] != part:
+                continue
             delta = total - snap.get(k, 0.0)
             if delta:
                 self.phase_bytes[k] = (phase, total + times * delta)
@@ -172,7 +180,7 @@ class AlphaBetaNetwork:
         bundles, duration = got
         for b in bundles:
             for ph in b.phases:
-                self.stats.add_bytes(ph, ph.bytes_factor * act.nbytes)
+                self.stats.add_bytes(ph, ph.bytes_factor * act.nbytes, act.part)
         end = start_ps + duration
         self.stats.activations += 1
         self.stats.simpy_events += 1
@@ -611,7 +619,7 @@ class ContentionNetwork:
             self.owner[comp.links] = -1
             self.whole = None
         for c in done:
-            self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes)
+            self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes, c.act.part)
             self._start_phase(c.act, c.bundle, c.plan, c.index + 1)
 
     # ------------------------------------------------------- state comparison

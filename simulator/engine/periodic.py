@@ -86,7 +86,7 @@ class Cut:
     time: int
     windows: list[RankWindow]
     canon: Hashable
-    link_bytes: dict[int, float]
+    link_bytes: dict[tuple[int, int], float]  # NetworkStats.snapshot()
 
 
 def _next_ops(r: RankState) -> tuple[int, int]:
@@ -165,13 +165,24 @@ def cut_points(length: int, per_copy: int) -> list[int]:
     return sorted({length * j // per_copy for j in range(per_copy)})
 
 
-def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cut | None:
+def take_cut(
+    engine: EngineState,
+    now: int,
+    hint: list[int] | None = None,
+    ranks: list[RankState] | None = None,
+) -> Cut | None:
     """The engine's state now, relative to `now` and to each rank's window; None when a
     rank that is not idle has live ops outside its region's unrolled copies (such a cut
     matches no other: `periods_match`), which is told before any state is read. `hint`
     holds the index of the rank found outside last time, asked first (the ranks still
-    in their warm-up or already in their cool-down stay there for many cuts)."""
-    ranks = engine.ranks
+    in their warm-up or already in their cool-down stay there for many cuts).
+
+    `ranks`: one component's ranks (simulator/engine/prover.py) instead of the whole
+    engine: the cut then holds their state, their rendezvous and the scheduled events of
+    their activations, and is None while one of their transfers moves in the network
+    (its progress is shared state the component cannot be moved without)."""
+    whole = ranks is None
+    ranks = engine.ranks if ranks is None else ranks
     if hint is not None and hint[0] < len(ranks) and _outside_copies(ranks[hint[0]]):
         return None
     for k, r in enumerate(ranks):
@@ -180,13 +191,13 @@ def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cu
                 hint[0] = k
             return None
     windows: list[RankWindow] = []
-    for r in engine.ranks:
+    for r in ranks:
         lo, hi, idle = _window(r, now)
         run = None if idle else r.prog.run_at(lo)
         if not idle and (run is None or not run.contains(lo, hi)):
             return None
         windows.append(RankWindow(lo, hi, run, idle))
-    index = {id(r): k for k, r in enumerate(engine.ranks)}
+    index = {id(r): k for k, r in enumerate(ranks)}
     canons = [_rank_canon(r, w.lo, w.hi, now) for r, w in zip(ranks, windows, strict=True)]
 
     def part(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
@@ -194,12 +205,17 @@ def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cu
         k = index[id(r)]
         return (k, i - windows[k].lo, s)
 
-    pending = tuple(
-        sorted(
-            (p.count, max(p.ready - now, 0), tuple(part(x) for x in p.parts))
-            for p in engine.pending.values()
-        )
-    )
+    def mine(a: Activation) -> bool:
+        return whole or id(a.owner.parts[0][0]) in index  # type: ignore[attr-defined]
+
+    rendezvous = []
+    for p in engine.pending.values():
+        inside = [id(x[0]) in index for x in p.parts]
+        if all(inside):
+            rendezvous.append((p.count, max(p.ready - now, 0), tuple(part(x) for x in p.parts)))
+        elif any(inside):
+            return None  # a rendezvous with ranks the cut does not hold
+    pending = tuple(sorted(rendezvous))
     acts: dict[int, tuple[object, ...]] = {}
 
     def act(a: Activation) -> tuple[object, ...]:
@@ -211,19 +227,23 @@ def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cu
         return got
 
     net = engine.net
+    if not whole and any(mine(c.act) for c in getattr(net, "active", ())):
+        return None  # a transfer of these ranks is moving
     events: list[tuple[int, int, object]] = []
     for t, prio, tag in queued_events(engine.env):
         if tag is None:
             continue
         if tag[0] == "check":
-            if not net.live_check(tag[1], tag[2]):
-                continue
+            if not whole or not net.live_check(tag[1], tag[2]):
+                continue  # (a component's moving transfers were refused above)
             events.append((t - now, prio, ("check", net.check_position(tag[1]))))
+            continue
+        if not whole and not (len(tag) > 1 and isinstance(tag[1], Activation) and mine(tag[1])):
             continue
         events.append(
             (t - now, prio, tuple(act(x) if isinstance(x, Activation) else x for x in tag))
         )
-    state = _canon_state(net.state(now), act)
+    state = _canon_state(net.state(now), act) if whole else ()
     canon = (tuple(canons), pending, tuple(events), state, tuple(w.idle for w in windows))
     return Cut(now, windows, canon, engine.stats.snapshot())
 
@@ -254,10 +274,10 @@ def periods_match(a: Cut, b: Cut, copies: int) -> bool:
     return True
 
 
-def host_slack_ok(engine: EngineState, a: Cut, b: Cut, copies: int) -> bool:
-    """The host never binds a skipped copy (see the module docstring)."""
+def host_slack_ok(ranks: list[RankState], a: Cut, b: Cut, copies: int) -> bool:
+    """The host never binds a skipped copy of `ranks` (see the module docstring)."""
     period = b.time - a.time
-    for r, wa, wb in zip(engine.ranks, a.windows, b.windows, strict=True):
+    for r, wa, wb in zip(ranks, a.windows, b.windows, strict=True):
         if wa.run is None:
             continue
         host = copies * wa.run.issue_ps
