@@ -43,6 +43,7 @@ from simulator.engine.compiled import (
 from simulator.engine.modes import RankView, choose_view
 from simulator.engine.network import (
     Activation,
+    ContentionNetwork,
     NetworkStats,
     build_network,
 )
@@ -309,10 +310,13 @@ class Engine:
             prog.users.append(r)
             self.ranks.append(r)
         self.ops_total = sum(r.prog.program.represented_ops for r in self.ranks)
+        self.parts = max(parts, default=0) + 1
+        if self.parts > 1 and isinstance(self.net, ContentionNetwork):
+            self.net.by_part = True  # components solved apart (with or without skipping)
         self.prover: Prover | None = None
         self.part_watch: list[Watch] = []
         if self.steady_state and self.ranks:
-            watches = self._watches(max(parts) + 1)
+            watches = self._watches(self.parts)
             self.part_watch = [] if watches[0].whole else watches
             self.prover = Prover(self, watches, self._phase_links)
         self.setup_time_s = time.perf_counter() - t0
@@ -320,9 +324,10 @@ class Engine:
     def _parts(self, compiled: list[tuple[CompiledProgram, list[Region]]]) -> list[int]:
         """Per simulated rank, its prover component (simulator/engine/prover.py): all 0
         unless the ranks differ (stragglers, GPU types) and some of them meet in no
-        collective inside a region."""
+        collective inside a region, in the symmetric mode (the full mode stays literal:
+        the oracle the refined view is checked against)."""
         n = self.view.reps.size
-        if not self.steady_state or not self._differences() or n < 2:
+        if self.view.mode != "symmetric" or not self._differences() or n < 2:
             return [0] * n
         groups = {
             info.group
@@ -589,9 +594,10 @@ class Engine:
             owner=launch,
         )
         launch.act = act
-        if self.part_watch:  # per-component proofs: whose it is, and its pattern
+        if self.parts > 1:  # prover components: whose it is (and its pattern)
             act.part = r.part
-            self.part_watch[r.part].patterns[sk] = (act, start)
+            if self.part_watch:
+                self.part_watch[r.part].patterns[sk] = (act, start)
         self.net.submit(act, start)
 
     def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:

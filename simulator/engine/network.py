@@ -283,6 +283,11 @@ class ContentionNetwork:
         self.comps: dict[int, _Component] = {}
         self.dirty: dict[int, _Component] = {}
         self.whole: _Component | None = None  # set while every coflow is one component
+        # prover components (simulator/engine/prover.py) solved apart: whole-machine
+        # solving per component (`_join_part`), so that one whose traffic is on links of
+        # its own runs alike, to the last bit, whatever the others do at the same time
+        self.by_part = False
+        self.wholes: dict[int, _Component] = {}
         self.lazy: _Component | None = None  # the only component, links not in `owner`
         self.next_cid = 0
         self.seq = 0
@@ -421,8 +426,72 @@ class ContentionNetwork:
         self.whole = whole
         return whole
 
+    def _spans(self, c: _Coflow) -> bool:
+        """Whether a coflow switches its network to whole-machine solving."""
+        return (
+            c.phase.split is not None
+            or c.phase.links.size >= SPANNING_SHARE * self.capacity.shape[0]
+            or c.act.instances.size >= SPANNING_GPUS * self.gpus
+        )
+
+    def _join_part(self, c: _Coflow) -> None:
+        """`_join` with whole-machine solving per prover component: a spanning coflow
+        merges its own component's coflows (and whatever shares links with them) into
+        a whole, which the component's later coflows join; other components' coflows
+        join it only through links they share. Links are always owned here."""
+        part = c.act.part
+        whole = self.wholes.get(part)
+        self._own_lazy()
+        if whole is None and self._spans(c):
+            mine = [k for k in self.comps.values() if any(m.act.part == part for m in k.members)]
+            for k in mine:
+                self._progress(k)
+                self._drop(k)
+            links = [k.links for k in mine]
+            whole = _Component(
+                self.next_cid,
+                [m for k in mine for m in k.members],
+                np.concatenate(links) if links else np.empty(0, dtype=np.int64),
+                int(self.env.now),
+            )
+            self.next_cid += 1
+            self.comps[whole.cid] = whole
+            self.owner[whole.links] = whole.cid
+            self._rehome(mine, whole)
+            self.wholes[part] = whole
+        if whole is None:
+            self._join_components(c)
+            return
+        touched = self.owner[c.phase.links]
+        others = np.unique(touched[(touched >= 0) & (touched != whole.cid)]).tolist()
+        self._progress(whole)
+        self._rehome([self.comps[cid] for cid in others], whole)
+        for cid in others:  # another component sharing links with this one's coflow
+            k = self.comps[cid]
+            self._progress(k)
+            self._drop(k)
+            whole.members += k.members
+            whole.links = np.concatenate([whole.links, k.links])
+            self.owner[k.links] = whole.cid
+        whole.members.append(c)
+        free = c.phase.links[touched < 0]
+        if free.size:
+            self.owner[free] = whole.cid
+            whole.links = np.concatenate([whole.links, free])
+        self._mark_dirty(whole)
+
+    def _rehome(self, comps: list[_Component], into: _Component) -> None:
+        """Prover components whose whole is among `comps` (merged into `into`) now have
+        `into` as their whole."""
+        for p, w in list(self.wholes.items()):
+            if any(w is k for k in comps):
+                self.wholes[p] = into
+
     def _join(self, c: _Coflow) -> None:
         """A coflow starts: it joins (and merges) the components whose links it uses."""
+        if self.by_part:
+            self._join_part(c)
+            return
         whole = self.whole
         if whole is None and (
             c.phase.split is not None
@@ -435,6 +504,10 @@ class ContentionNetwork:
             whole.members.append(c)
             self._mark_dirty(whole)
             return
+        self._join_components(c)
+
+    def _join_components(self, c: _Coflow) -> None:
+        """A coflow joins (and merges) the components whose links it uses."""
         if not self.comps:
             self._new_component([c], c.phase.links)
             return
@@ -453,6 +526,10 @@ class ContentionNetwork:
         # Components own disjoint links, so the union needs no de-duplication but the
         # coflow's own new links'.
         big = max(comps, key=lambda k: k.links.size)
+        held = [k for k in comps if k in self.wholes.values()] if self.wholes else []
+        if held:  # a prover component's whole absorbs what shares its links
+            big = held[0]
+            self._rehome(comps, big)
         for comp in comps:
             self._progress(comp)
         added = [k.links for k in comps if k is not big]
@@ -609,7 +686,17 @@ class ContentionNetwork:
         if not done:
             self._mark_dirty(comp)
             return
-        if comp is not self.whole:
+        parts = [p for p, w in self.wholes.items() if w is comp]
+        if parts:  # a prover component's whole: kept until it is idle
+            if keep:
+                comp.members = keep
+                self._mark_dirty(comp)
+            else:
+                self._drop(comp)
+                self.owner[comp.links] = -1
+                for p in parts:
+                    del self.wholes[p]
+        elif comp is not self.whole:
             self._split(comp, keep)
         elif keep:
             comp.members = keep
@@ -630,7 +717,7 @@ class ContentionNetwork:
             self.reprice_pending,
             tuple(
                 (
-                    comp is self.whole,
+                    comp is self.whole or comp in self.wholes.values(),
                     comp.last_ps - now,
                     comp.solved,
                     comp.cid in self.dirty,
