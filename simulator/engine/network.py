@@ -200,6 +200,19 @@ class AlphaBetaNetwork:
     def shift(self, delta_ps: int) -> None:
         """Move the runtime's own clock values `delta_ps` later (none here)."""
 
+    def part_state(self, part: int, now: int) -> tuple[object, ...] | None:
+        """A prover component's own network state (none beyond its scheduled events)."""
+        return ()
+
+    def part_of(self, comp: object) -> int:
+        return -1  # schedules no checks
+
+    def part_position(self, comp: object) -> int:
+        return -1
+
+    def shift_part(self, part: int, delta_ps: int) -> None:
+        """Move a prover component's network state `delta_ps` later (none here)."""
+
 
 @dataclass(eq=False, slots=True)
 class _Coflow:
@@ -743,6 +756,58 @@ class ContentionNetwork:
     def shift(self, delta_ps: int) -> None:
         """Move the runtime's own clock values `delta_ps` later."""
         for comp in self.comps.values():
+            comp.last_ps += delta_ps
+
+    # ------------------------------------------------ per prover component
+    def part_of(self, comp: object) -> int:
+        """The prover component of a network component's coflows (-2: several)."""
+        assert isinstance(comp, _Component)
+        parts = {c.act.part for c in comp.members}
+        return parts.pop() if len(parts) == 1 else -2
+
+    def _part_comps(self, part: int) -> list[_Component] | None:
+        """The network components holding a prover component's coflows, in creation
+        order; None if one of them also holds another's (their rates are shared)."""
+        out = []
+        for comp in self.comps.values():
+            p = self.part_of(comp)
+            if p == part:
+                out.append(comp)
+            elif p == -2 and any(c.act.part == part for c in comp.members):
+                return None
+        return out
+
+    def part_state(self, part: int, now: int) -> tuple[object, ...] | None:
+        """`state` restricted to one prover component's network components (None when
+        it shares one with another component, or a re-pricing is pending)."""
+        comps = self._part_comps(part)
+        if comps is None or self.reprice_pending:
+            return None
+        return tuple(
+            (
+                comp in self.wholes.values(),
+                comp.last_ps - now,
+                comp.solved,
+                comp.cid in self.dirty,
+                tuple(
+                    (c.act, c.bundle, c.index, c.remaining, c.initial, c.rate) for c in comp.members
+                ),
+            )
+            for comp in comps
+        )
+
+    def part_position(self, comp: object) -> int:
+        """Where a component stands among its prover component's live ones."""
+        assert isinstance(comp, _Component)
+        part = self.part_of(comp)
+        mine = [k.cid for k in self.comps.values() if self.part_of(k) == part]
+        return mine.index(comp.cid)
+
+    def shift_part(self, part: int, delta_ps: int) -> None:
+        """Move one prover component's network components `delta_ps` later: their
+        progress resumes then (nothing else touches them: `part_state` found them its
+        own), and their checks move with them (`Prover.warp_part` moves the events)."""
+        for comp in self._part_comps(part) or ():
             comp.last_ps += delta_ps
 
 

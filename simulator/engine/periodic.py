@@ -170,6 +170,7 @@ def take_cut(
     now: int,
     hint: list[int] | None = None,
     ranks: list[RankState] | None = None,
+    part: int = -1,
 ) -> Cut | None:
     """The engine's state now, relative to `now` and to each rank's window; None when a
     rank that is not idle has live ops outside its region's unrolled copies (such a cut
@@ -177,10 +178,11 @@ def take_cut(
     holds the index of the rank found outside last time, asked first (the ranks still
     in their warm-up or already in their cool-down stay there for many cuts).
 
-    `ranks`: one component's ranks (simulator/engine/prover.py) instead of the whole
-    engine: the cut then holds their state, their rendezvous and the scheduled events of
-    their activations, and is None while one of their transfers moves in the network
-    (its progress is shared state the component cannot be moved without)."""
+    `ranks`: one prover component's ranks (simulator/engine/prover.py, its number
+    `part`) instead of the whole engine: the cut then holds their state, their
+    rendezvous, the scheduled events of their activations and the network components of
+    their transfers, and is None while one of those also holds another component's
+    transfers (their rates are shared: no period of one alone exists)."""
     whole = ranks is None
     ranks = engine.ranks if ranks is None else ranks
     if hint is not None and hint[0] < len(ranks) and _outside_copies(ranks[hint[0]]):
@@ -200,7 +202,7 @@ def take_cut(
     index = {id(r): k for k, r in enumerate(ranks)}
     canons = [_rank_canon(r, w.lo, w.hi, now) for r, w in zip(ranks, windows, strict=True)]
 
-    def part(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
+    def locate(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
         r, i, s = p
         k = index[id(r)]
         return (k, i - windows[k].lo, s)
@@ -212,7 +214,7 @@ def take_cut(
     for p in engine.pending.values():
         inside = [id(x[0]) in index for x in p.parts]
         if all(inside):
-            rendezvous.append((p.count, max(p.ready - now, 0), tuple(part(x) for x in p.parts)))
+            rendezvous.append((p.count, max(p.ready - now, 0), tuple(locate(x) for x in p.parts)))
         elif any(inside):
             return None  # a rendezvous with ranks the cut does not hold
     pending = tuple(sorted(rendezvous))
@@ -221,29 +223,33 @@ def take_cut(
     def act(a: Activation) -> tuple[object, ...]:
         got = acts.get(id(a))
         if got is None:
-            parts = tuple(part(x) for x in a.owner.parts)  # type: ignore[attr-defined]
+            parts = tuple(locate(x) for x in a.owner.parts)  # type: ignore[attr-defined]
             got = (a.kind, a.nbytes, a.key, a.root, a.algorithm, a.start_ps - now, parts)
             acts[id(a)] = got
         return got
 
     net = engine.net
-    if not whole and any(mine(c.act) for c in getattr(net, "active", ())):
-        return None  # a transfer of these ranks is moving
+    own = None if whole else net.part_state(part, now)
+    if not whole and own is None:
+        return None  # its transfers share a network component with another's
     events: list[tuple[int, int, object]] = []
     for t, prio, tag in queued_events(engine.env):
         if tag is None:
             continue
         if tag[0] == "check":
-            if not whole or not net.live_check(tag[1], tag[2]):
-                continue  # (a component's moving transfers were refused above)
-            events.append((t - now, prio, ("check", net.check_position(tag[1]))))
+            if not net.live_check(tag[1], tag[2]):
+                continue
+            if whole:
+                events.append((t - now, prio, ("check", net.check_position(tag[1]))))
+            elif net.part_of(tag[1]) == part:
+                events.append((t - now, prio, ("check", net.part_position(tag[1]))))
             continue
         if not whole and not (len(tag) > 1 and isinstance(tag[1], Activation) and mine(tag[1])):
             continue
         events.append(
             (t - now, prio, tuple(act(x) if isinstance(x, Activation) else x for x in tag))
         )
-    state = _canon_state(net.state(now), act) if whole else ()
+    state = _canon_state(net.state(now) if whole else own, act)  # type: ignore[arg-type]
     canon = (tuple(canons), pending, tuple(events), state, tuple(w.idle for w in windows))
     return Cut(now, windows, canon, engine.stats.snapshot())
 

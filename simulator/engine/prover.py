@@ -33,7 +33,7 @@ import heapq
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -161,7 +161,7 @@ class Prover:
         if run is None:
             return
         engine = self.engine
-        cut = take_cut(engine, int(engine.env.now), w.hint, None if w.whole else w.ranks)
+        cut = take_cut(engine, int(engine.env.now), w.hint, None if w.whole else w.ranks, w.part)
         earlier = w.cuts.get(w.point, [])
         for back in range(1, MAX_PERIOD_COPIES + 1):
             if cut is None or back > len(earlier):
@@ -276,24 +276,49 @@ class Prover:
         engine.stats.repeat_since(a.link_bytes, copies // back)
 
     def warp_part(self, w: Watch, a: Cut, b: Cut, copies: int, back: int) -> None:
-        """Skip `copies` copies of one component's region: its ranks, rendezvous and
-        scheduled events move later; the clock and every other rank stay (the component
-        has no transfer moving: `take_cut`)."""
+        """Skip `copies` copies of one component's region: its ranks, rendezvous,
+        scheduled events and network components (moving transfers resume `delta` later)
+        move later; the clock and every other rank stay (`take_cut` found its network
+        components its own)."""
         engine = self.engine
+        net = engine.net
         run_of, delta = self._shift_ranks(w.ranks, a, b, copies, back)
         mine = {id(r) for r in w.ranks}
         self._shift_pending(run_of, delta, copies, mine)
-        queue: list[tuple[int, int, int, object]] = engine.env._queue  # type: ignore[assignment]
+        env = engine.env
+        queue: list[tuple[int, int, int, object]] = env._queue  # type: ignore[assignment]
         moved: dict[int, Activation] = {}
+        split: list[tuple[int, int, int, list[tuple[Any, Any]]]] = []
         for n, (t, prio, eid, ev) in enumerate(queue):
             tag = getattr(ev, "tag", None)
-            act = tag[1] if tag is not None and len(tag) > 1 else None
+            if tag is None:
+                continue
+            if tag[0] == "check":
+                if net.part_of(tag[1]) == w.part:
+                    queue[n] = (t + delta, prio, eid, ev)
+                continue
+            if tag[0] == "checks":  # checks due together: this component's move apart
+                ours = [x for x in tag[1:] if net.part_of(x[0]) == w.part]
+                if ours:
+                    rest = [x for x in tag[1:] if net.part_of(x[0]) != w.part]
+                    ev.tag = ("checks", *rest)  # type: ignore[attr-defined]
+                    ev.fn = partial(net._checks, rest)  # type: ignore[attr-defined,union-attr]
+                    split.append((t + delta, prio, eid, ours))
+                continue
+            act = tag[1] if len(tag) > 1 else None
             if isinstance(act, Activation) and id(act.owner.parts[0][0]) in mine:  # type: ignore[attr-defined]
                 queue[n] = (t + delta, prio, eid, ev)
                 moved[id(act)] = act
+        for c in getattr(net, "active", ()):
+            if id(c.act.owner.parts[0][0]) in mine:
+                moved[id(c.act)] = c.act
         for act in moved.values():
             act.start_ps += delta
+        for t, prio, eid, ours in split:  # the bundle's id: its place among equal times
+            fn = partial(net._checks, ours)  # type: ignore[union-attr]
+            queue.append((t, prio, eid, _Call(env, fn, ("checks", *ours))))
         heapq.heapify(queue)
+        net.shift_part(w.part, delta)
         engine.stats.repeat_since(a.link_bytes, copies // back, w.part)
 
 
