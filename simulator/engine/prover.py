@@ -10,21 +10,25 @@ watcher), cutting at `CUTS_PER_COPY` points of each copy. The whole engine is on
 Per component: ranks that meet in no collective inside a region (a straggler's
 data-parallel replica and the other replicas, each running its microbatches at its own
 pace) never reach one state shifted by one time, so the whole-engine proof fails for all
-of them. When the run has such components, each gets a watch of its own and its own
-period; a match skips that component's copies alone (`Prover.warp_part`): its ranks,
-rendezvous and scheduled events move later while the clock and the other components
-stay. That is exact only if nothing else can change how the component runs, so:
+of them. When the run has such components (the refined view of a run whose ranks
+differ), each gets a watch of its own and its own period; a match skips that
+component's copies alone (`Prover.warp_part`): its ranks, rendezvous, scheduled events
+and network components (moving transfers resume that much later) move later while the
+clock and the other components stay. That is exact only if nothing else can change how
+the component runs, so:
 
-- the cuts are taken where the component has no transfer moving in the network (its
-  scheduled activations, phase latencies and alpha-beta completions are events that
-  carry no absolute time and move with it; a moving coflow shares the network's state);
-- with the contention network, every transfer the component made so far stays on links
-  no other component's traffic can take (its GPUs' links, and those of devices of nodes
+- a cut holds the component's network components and is refused while one of them also
+  holds another component's transfers (`ContentionNetwork.part_state`); the contention
+  network solves components apart (`by_part`: whole-machine solving per component), so
+  a component alone in its network components is priced alike, to the last bit,
+  whatever the others do;
+- with the contention network, every transfer of the compared period stays on links no
+  other component's traffic can take (its GPUs' links, and those of devices of nodes
   whose GPUs are all its own), checked on the bound phases before each skip
-  (`Prover.isolated`): traffic on shared links (a fabric's switches, a NIC two
-  components share) couples their rates, so their periods are not independent and
-  those components are never skipped. The alpha-beta network prices every activation
-  alone, so its components are always independent.
+  (`Prover.isolated`): traffic on shared links (a fabric's switch-to-switch links, a NIC
+  two components share) would couple their rates while one is skipped, so such a
+  component is never skipped. The alpha-beta network prices every activation alone, so
+  its components are always independent.
 """
 
 from __future__ import annotations
