@@ -237,3 +237,47 @@ def test_axonn_refined_view_equals_full_mode(setup: list[str]) -> None:
     assert skipping.iteration_time_s == packed.iteration_time_s
     for r in range(64):
         assert skipping.timeline.rank_end_s(r) == packed.timeline.rank_end_s(r)
+
+
+def test_uneven_groups_on_frontier_equal_the_full_mode() -> None:
+    """x = 3 on 8-GCD nodes: the workload's one class cannot be simulated symmetrically
+    (its groups mix even and odd GCDs unevenly; `auto` ran the full mode). The refined
+    classes must also tell apart instances laid out alike up to GPU position classes but
+    joined by Infinity Fabric links of other widths (GCDs 0, 1, 2 against 2, 3, 4), and
+    instances on one leaf switch from those across two: aggregated, such instances would
+    all finish with the slowest (the first all-reduce ended 1.4 us late before)."""
+    from simulator.api import simulate
+    from simulator.config import load_config
+
+    over = [
+        "cluster.machine=frontier",
+        "cluster.gpus=192",
+        "cluster.nodes=null",
+        "model.name=gpt-80b",
+        "model.layers=2",
+        "parallel.grid={x: 3, y: 4, z: 4, data: 4}",
+        "training.batch_tokens=65536",
+        "training.microbatch_sequences=2",
+        "engine.steady_state=false",
+    ]
+    full = simulate(load_config(None, [*over, "engine.mode=full"])).engine
+    auto = simulate(load_config(None, [*over, "engine.mode=auto"])).engine
+    assert auto.mode == "symmetric" and len(auto.timeline.ranks) <= 192 // 2
+    assert auto.iteration_time_s == full.iteration_time_s
+    for r in range(0, 192, 5):
+        np.testing.assert_array_equal(auto.timeline.rank(r).end_s, full.timeline.rank(r).end_s)
+
+
+def test_node_symmetries() -> None:
+    """Frontier's node maps onto itself by 4 relabellings of its GCDs (the packages
+    swapped in pairs), under which GCDs 0, 1, 2 and 4, 5, 6 are alike and 2, 3, 4 is not;
+    a Perlmutter node by every relabelling (NVLink all-to-all, a NIC per GPU)."""
+    from topologies.positions import canonical_locals, local_symmetries
+
+    sym = local_symmetries(build_machine("frontier", 2))
+    assert sym is not None and sym.shape == (4, 8)
+    forms = canonical_locals(np.array([[0, 1, 2], [4, 5, 6], [2, 3, 4]]), sym)
+    assert (forms[0] == forms[1]).all() and not (forms[0] == forms[2]).all()
+    assert local_symmetries(build_machine("perlmutter", 2)) is None
+    same = canonical_locals(np.array([[0, 0, 0], [3, 3, 3], [0, 1, 0]]), None)
+    assert same.tolist() == [[0, 0, 0], [0, 0, 0], [0, 1, 0]]

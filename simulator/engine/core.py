@@ -312,22 +312,22 @@ class Engine:
         self.ops_total = sum(r.prog.program.represented_ops for r in self.ranks)
         self.parts = max(parts, default=0) + 1
         if self.parts > 1 and isinstance(self.net, ContentionNetwork):
-            self.net.by_part = True  # components solved apart (with or without skipping)
+            # components solved apart while their traffic keeps to their own links (with
+            # or without skipping, so that both runs price alike)
+            self.net.by_part = True
+            self.net.private = private_links(self.topology, self.placement, self.view, parts)
         self.prover: Prover | None = None
-        self.part_watch: list[Watch] = []
         if self.steady_state and self.ranks:
-            watches = self._watches(self.parts)
-            self.part_watch = [] if watches[0].whole else watches
-            self.prover = Prover(self, watches, self._phase_links)
+            self.prover = Prover(self, self._watches(self.parts))
         self.setup_time_s = time.perf_counter() - t0
 
     def _parts(self, compiled: list[tuple[CompiledProgram, list[Region]]]) -> list[int]:
         """Per simulated rank, its prover component (simulator/engine/prover.py): all 0
-        unless the ranks differ (stragglers, GPU types) and some of them meet in no
-        collective inside a region, in the symmetric mode (the full mode stays literal:
-        the oracle the refined view is checked against)."""
+        unless the view is refined (ranks differ, or the workload's classes did not fit)
+        and some ranks meet in no collective inside a region (the full mode stays
+        literal: the oracle the refined view is checked against)."""
         n = self.view.reps.size
-        if self.view.mode != "symmetric" or not self._differences() or n < 2:
+        if not self.view.refined or n < 2:
             return [0] * n
         groups = {
             info.group
@@ -345,20 +345,7 @@ class Engine:
         members: list[list[_Rank]] = [[] for _ in range(parts)]
         for r in self.ranks:
             members[r.part].append(r)
-        private = (
-            private_links(self.topology, self.placement, self.view, [r.part for r in self.ranks])
-            if self.cost.network == "contention"
-            else [None] * parts
-        )
-        return [Watch(rs, whole=False, part=p, private=private[p]) for p, rs in enumerate(members)]
-
-    def _phase_links(self, act: Activation) -> list[np.ndarray]:
-        """The link ids of each phase an activation's bundles use (the pricer's cached
-        binding, as the network priced it)."""
-        bundles = self.cost.pricer.bundles(
-            act.kind, act.instances, act.nbytes, act.root, act.algorithm, act.key
-        )
-        return [ph.links for b in bundles for ph in b.phases]
+        return [Watch(rs, whole=False, part=p) for p, rs in enumerate(members)]
 
     def _comm_estimator(self, rank: int):
         """Isolated duration estimates of `rank`'s communication ops (for overlap), cached
@@ -594,10 +581,9 @@ class Engine:
             owner=launch,
         )
         launch.act = act
-        if self.parts > 1:  # prover components: whose it is (and its pattern)
-            act.part = r.part
-            if self.part_watch:
-                self.part_watch[r.part].patterns[sk] = (act, start)
+        if self.parts > 1:  # prover components: whose it is (-1: several's, outside regions)
+            part = r.part
+            act.part = part if all(x[0].part == part for x in p.parts) else -1
         self.net.submit(act, start)
 
     def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:

@@ -45,6 +45,7 @@ class RankView:
     representative: np.ndarray
     groups: dict[str, GroupView]
     reason: str = ""  # why this mode (what `auto` saw, or that it was configured)
+    refined: bool = False  # symmetric on classes colour refinement found (refine.py)
 
 
 def full_view(graph: OpGraph) -> RankView:
@@ -177,6 +178,7 @@ def choose_view(
         f"{why}: colour refinement over every group kind splits the {n:,} ranks into "
         f"{k:,} class{'es' if k > 1 else ''} of interchangeable ranks, one simulated per class"
     )
+    view = replace(view, refined=True)
     if mode == "symmetric":
         return replace(view, reason=f"engine.mode=symmetric, as configured ({told})"), refined
     if k > MAX_CLASS_SHARE * n:

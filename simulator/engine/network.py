@@ -245,6 +245,10 @@ class _Component:
     solved: bool = False
 
 
+JOINT = -3
+"""`ContentionNetwork._world` of coflows solved together (components coupled by shared
+links, and runs without prover components)."""
+
 SPANNING_SHARE = 1 / 32
 """A coflow whose phase alone uses at least this share of the machine's links switches
 to whole-machine solving until the network is idle. Why: keeping components costs passes
@@ -301,6 +305,11 @@ class ContentionNetwork:
         # its own runs alike, to the last bit, whatever the others do at the same time
         self.by_part = False
         self.wholes: dict[int, _Component] = {}
+        # per prover component, the links only its traffic can take (set with by_part); a
+        # component whose coflow leaves them is coupled: solved with the others from then
+        self.private: list[np.ndarray] = []
+        self.coupled: set[int] = set()
+        self._private_phase: dict[tuple[int, int], bool] = {}
         self.lazy: _Component | None = None  # the only component, links not in `owner`
         self.next_cid = 0
         self.seq = 0
@@ -447,16 +456,41 @@ class ContentionNetwork:
             or c.act.instances.size >= SPANNING_GPUS * self.gpus
         )
 
+    def _world(self, c: _Coflow) -> int:
+        """Where a coflow is solved with `by_part`: its prover component while all of that
+        component's coflows kept to its own links, else the shared world (JOINT)."""
+        p = c.act.part
+        return JOINT if p < 0 or p in self.coupled else p
+
+    def _keeps_apart(self, c: _Coflow) -> bool:
+        """Whether a coflow uses only links its prover component alone can take (and so
+        no adaptive routing, whose Valiant paths cross everyone's switches)."""
+        p = c.act.part
+        key = (id(c.phase), p)
+        got = self._private_phase.get(key)
+        if got is None:
+            got = c.phase.split is None and bool(self.private[p][c.phase.links].all())
+            self._private_phase[key] = got
+        return got
+
     def _join_part(self, c: _Coflow) -> None:
-        """`_join` with whole-machine solving per prover component: a spanning coflow
-        merges its own component's coflows (and whatever shares links with them) into
-        a whole, which the component's later coflows join; other components' coflows
-        join it only through links they share. Links are always owned here."""
-        part = c.act.part
+        """`_join` with each prover component solved apart while its coflows keep to its
+        own links (`_keeps_apart`; one that does not couples its component with the rest
+        for good), and whole-machine solving per world: a spanning coflow merges its
+        world's coflows (and whatever shares links with them) into a whole, which its
+        world's later coflows join; other worlds' coflows join it only through links they
+        share. Links are always owned here."""
+        p = c.act.part
+        if p >= 0 and p not in self.coupled and not self._keeps_apart(c):
+            self.coupled.add(p)
+            self.wholes.pop(p, None)  # its coflows are the shared world's from now
+        part = self._world(c)
         whole = self.wholes.get(part)
         self._own_lazy()
         if whole is None and self._spans(c):
-            mine = [k for k in self.comps.values() if any(m.act.part == part for m in k.members)]
+            mine = [
+                k for k in self.comps.values() if any(self._world(m) == part for m in k.members)
+            ]
             for k in mine:
                 self._progress(k)
                 self._drop(k)
@@ -779,8 +813,9 @@ class ContentionNetwork:
 
     def part_state(self, part: int, now: int) -> tuple[object, ...] | None:
         """`state` restricted to one prover component's network components (None when
-        it shares one with another component, or a re-pricing is pending)."""
-        comps = self._part_comps(part)
+        it is coupled with the others, shares a network component with another, or a
+        re-pricing is pending)."""
+        comps = None if part in self.coupled else self._part_comps(part)
         if comps is None or self.reprice_pending:
             return None
         return tuple(

@@ -34,7 +34,6 @@ the component runs, so:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -87,8 +86,6 @@ class Watch:
     ranks: list[RankState]
     whole: bool
     part: int = -1  # the component's number (-1: the whole engine)
-    # links only this component's traffic can take (None: the network needs no check)
-    private: np.ndarray | None = None
     run: RegionRun | None = None
     points: list[int] = field(default_factory=list)
     next: int = 0  # next cut point: copy * len(points) + point
@@ -96,11 +93,6 @@ class Watch:
     cuts: dict[int, list[Cut]] = field(default_factory=dict)  # per point, the last cuts
     hint: list[int] = field(default_factory=lambda: [0])  # the rank last found outside
     cut_at: int = -1
-    # activation patterns launched by these ranks, each with its latest start (the
-    # isolation check reads those of the compared period) and its verdict once checked
-    patterns: dict[Hashable, tuple[Activation, int]] = field(default_factory=dict)
-    isolated: dict[Hashable, bool] = field(default_factory=dict)
-    coupled: bool = False  # some transfer took a shared link: never skipped
 
     @property
     def watcher(self) -> RankState:
@@ -110,15 +102,9 @@ class Watch:
 class Prover:
     """Cuts, matches and skips for the engine's watches (see the module doc)."""
 
-    def __init__(
-        self,
-        engine: ProverEngine,
-        watches: list[Watch],
-        phases_of: Callable[[Activation], list[np.ndarray]] | None,
-    ):
+    def __init__(self, engine: ProverEngine, watches: list[Watch]):
         self.engine = engine
         self.watches = watches
-        self.phases_of = phases_of  # an activation's phases' link ids (contention) or None
         for w in watches:
             w.watcher.watch = w
             self.watch_next(w, None)
@@ -128,7 +114,7 @@ class Prover:
         """Watch the watcher's next region (after `after`) for copies to compare."""
         runs = w.watcher.prog.runs
         k = 0 if after is None else runs.index(after) + 1
-        w.run = runs[k] if k < len(runs) and not w.coupled else None
+        w.run = runs[k] if k < len(runs) and not self.coupled(w) else None
         w.points = cut_points(w.run.length, CUTS_PER_COPY) if w.run else []
         w.next = 0
         w.point = 0
@@ -165,6 +151,9 @@ class Prover:
         if run is None:
             return
         engine = self.engine
+        if self.coupled(w):
+            w.run = None  # no region of these ranks will be skipped alone
+            return
         cut = take_cut(engine, int(engine.env.now), w.hint, None if w.whole else w.ranks, w.part)
         earlier = w.cuts.get(w.point, [])
         for back in range(1, MAX_PERIOD_COPIES + 1):
@@ -175,39 +164,22 @@ class Prover:
                 continue
             copies = min(x.run.copies_left for x in cut.windows if x.run is not None)
             copies -= copies % back
-            if copies > 0 and (w.whole or self.isolated(w, prev.time)):
+            if copies > 0:
                 if w.whole:
                     self.warp_whole(prev, cut, copies, back)
                 else:
                     self.warp_part(w, prev, cut, copies, back)
                 self.watch_next(w, run)
                 return
-            if w.coupled:
-                self.watch_next(w, run)  # no region of these ranks will be skipped
-                return
         if cut is not None:
             w.cuts[w.point] = [*earlier[-(MAX_PERIOD_COPIES - 1) :], cut]
         if run.copies_left <= 0:
             self.watch_next(w, run)
 
-    def isolated(self, w: Watch, since: int) -> bool:
-        """Whether every transfer the component started from `since` (the compared
-        period, which holds every pattern its skipped copies repeat) took only its own
-        links (no check where the network prices every activation alone)."""
-        if self.phases_of is None or w.private is None:
-            return True
-        for key, (act, start) in w.patterns.items():
-            if start < since:
-                continue
-            ok = w.isolated.get(key)
-            if ok is None:
-                ok = w.isolated[key] = all(
-                    bool(w.private[links].all()) for links in self.phases_of(act)
-                )
-            if not ok:
-                w.coupled = True
-                return False
-        return True
+    def coupled(self, w: Watch) -> bool:
+        """Whether a component's traffic left its own links (`ContentionNetwork.coupled`):
+        its rates then depend on the others', so it is never skipped alone."""
+        return not w.whole and w.part in getattr(self.engine.net, "coupled", ())
 
     # ---------------------------------------------------------------- skipping
     def _shift_ranks(
