@@ -486,8 +486,11 @@ class ContentionNetwork:
             self.wholes.pop(p, None)  # its coflows are the shared world's from now
         part = self._world(c)
         whole = self.wholes.get(part)
+        if whole is None and not self._spans(c):
+            self._join_components(c)  # the common case: no whole in its world
+            return
         self._own_lazy()
-        if whole is None and self._spans(c):
+        if whole is None:
             mine = [
                 k for k in self.comps.values() if any(self._world(m) == part for m in k.members)
             ]
@@ -506,9 +509,6 @@ class ContentionNetwork:
             self.owner[whole.links] = whole.cid
             self._rehome(mine, whole)
             self.wholes[part] = whole
-        if whole is None:
-            self._join_components(c)
-            return
         touched = self.owner[c.phase.links]
         others = np.unique(touched[(touched >= 0) & (touched != whole.cid)]).tolist()
         self._progress(whole)
