@@ -18,17 +18,13 @@ clock and the other components stay. That is exact only if nothing else can chan
 the component runs, so:
 
 - a cut holds the component's network components and is refused while one of them also
-  holds another component's transfers (`ContentionNetwork.part_state`); the contention
-  network solves components apart (`by_part`: whole-machine solving per component), so
-  a component alone in its network components is priced alike, to the last bit,
-  whatever the others do;
-- with the contention network, every transfer of the compared period stays on links no
-  other component's traffic can take (its GPUs' links, and those of devices of nodes
-  whose GPUs are all its own), checked on the bound phases before each skip
-  (`Prover.isolated`): traffic on shared links (a fabric's switch-to-switch links, a NIC
-  two components share) would couple their rates while one is skipped, so such a
-  component is never skipped. The alpha-beta network prices every activation alone, so
-  its components are always independent.
+  holds another component's transfers (`ContentionNetwork.part_state`);
+- with the contention network, the component is solved apart from the others while its
+  transfers keep to links no other component's traffic can take (`by_part`,
+  `ContentionNetwork.coupled`): transfers on shared links (a fabric's switch-to-switch
+  links, adaptive routing's Valiant paths, a NIC two components share) couple their
+  rates, so a coupled component is never skipped alone. The alpha-beta network prices
+  every activation alone, so its components are always independent.
 """
 
 from __future__ import annotations
