@@ -254,7 +254,7 @@ def test_uneven_groups_on_frontier_equal_the_full_mode() -> None:
         "cluster.gpus=192",
         "cluster.nodes=null",
         "model.name=gpt-80b",
-        "model.layers=2",
+        "model.layers=1",
         "parallel.grid={x: 3, y: 4, z: 4, data: 4}",
         "training.batch_tokens=65536",
         "training.microbatch_sequences=2",
