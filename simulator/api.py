@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from simulator.build import build_cost_model, build_topology
+import numpy as np
+
+from simulator.build import build_cost_model, build_gpu_mix, build_topology
 from simulator.choices import Choice, algorithm_choices
 from simulator.config import ExperimentConfig
 from simulator.cost.interference import InterferenceModel
 from simulator.cost.kernels import KernelModel
-from simulator.cost.model import CostModel
+from simulator.cost.model import CostModel, GpuCompute
+from simulator.cost.terms import Interference
 from simulator.engine.core import Engine, EngineResult, ProgressFn
 from simulator.errors import ConfigError, CostModelError
 from simulator.network.params import network_params_for
@@ -126,6 +129,53 @@ def calibrated_what_ifs(
     ]
 
 
+def _gpu_compute(
+    config: ExperimentConfig,
+    spec: GpuSpec,
+    calibration: Calibration | None,
+    topology: Topology,
+) -> GpuCompute:
+    """The compute pricing of one more GPU type of a mixed machine, built as the run's:
+    its kernel model (the calibration's tables for it, which must exist when a
+    calibration is given) and its interference: the user's or its own fixed factors where
+    given, else the mechanism for this GPU."""
+    if calibration is not None:
+        from simulator.cost.calibration import require_gpu
+
+        label = f"engine.calibration: {config.engine.calibration} (cluster.node_gpus)"
+        require_gpu(calibration, spec.name, label)
+    kernels = KernelModel(spec, calibration=calibration)
+    user = config.engine.compute_slowdown_under_overlap
+    fixed = kernels.interference  # this GPU's calibration or preset factors, if any
+    slowdown: float | Interference = (
+        Interference.uniform(user) if user is not None else fixed if fixed is not None else 1.0
+    )
+    own = user is None and fixed is None
+    mech = interference_model(kernels, spec, topology) if own else None
+    return GpuCompute(spec.name, kernels, slowdown, mech)
+
+
+def mixed_gpu(types: list[GpuSpec], codes: np.ndarray) -> GpuSpec:
+    """What the report reads of a mixed machine's GPUs: the first type's name, the least
+    memory (a run must fit every GPU) and the mean peak rates over the GPUs (the
+    percentage of peak is of the machine's aggregate)."""
+    counts = np.bincount(codes, minlength=len(types)).astype(np.float64)
+    weights = counts / counts.sum()
+    peak = float(sum(w * t.peak_flops for w, t in zip(weights, types, strict=True)))
+    emp = [t.empirical_gemm_flops for t in types]
+    empirical = (
+        None
+        if any(e is None for e in emp)
+        else float(sum(w * e for w, e in zip(weights, emp, strict=True)))
+    )
+    return replace(
+        types[0],
+        memory_bytes=min(t.memory_bytes for t in types),
+        peak_flops=peak,
+        empirical_gemm_flops=empirical,
+    )
+
+
 def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) -> Result:
     """Simulate one training iteration of `config` and summarise it."""
     t0 = time.perf_counter()
@@ -151,7 +201,13 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     )
     if fixed is None and config.engine.compute_slowdown_under_overlap is None:
         cost.interference = interference_model(kernels, gpu, topology)
-    plan = build_plan(config, topology, gpu)
+    codes, others = build_gpu_mix(config.cluster, topology, gpu)
+    if codes is not None:
+        cost.mixed = tuple(_gpu_compute(config, spec, calibration, topology) for spec in others)
+        cost.gpu_mix = codes
+    # a mixed machine's plan must fit every GPU: it is made for the one with least memory
+    plan_gpu = min([gpu, *others], key=lambda g: g.memory_bytes)
+    plan = build_plan(config, topology, plan_gpu)
     stragglers = {s.rank: s.slowdown for s in config.cluster.stragglers}
 
     engine = Engine(
@@ -180,7 +236,7 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
     report = build_report(
         result,
         topology=topology,
-        gpu=gpu,
+        gpu=gpu if codes is None else mixed_gpu([gpu, *others], codes),
         model_name=config.model.spec().name,
         machine=config.cluster.machine,
         strategy=config.parallel.strategy,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from simulator.config import ClusterConfig, ExperimentConfig
+import numpy as np
+
+from simulator.config import ClusterConfig, ExperimentConfig, check_node_gpus
 from simulator.cost.calibration import Calibration
 from simulator.cost.interference import HardwareQueues
 from simulator.cost.model import CostModel, KernelTimer
@@ -10,7 +12,7 @@ from simulator.cost.terms import Interference
 from simulator.errors import ConfigError
 from simulator.network.params import NetworkParams, network_params_for
 from simulator.network.pricing import CollectivePricer
-from topologies.hardware import gpu_spec
+from topologies.hardware import GpuSpec, gpu_spec
 from topologies.types import Topology
 
 
@@ -88,3 +90,32 @@ def build_cost_model(
         overlap_slowdown=slowdown,
         queues=queues,
     )
+
+
+def build_gpu_mix(
+    cluster: ClusterConfig, topology: Topology, gpu: GpuSpec
+) -> tuple[np.ndarray | None, list[GpuSpec]]:
+    """Per GPU index the code of its type (0: `gpu`, the run's; k: the k-th of the list
+    returned, the others `cluster.node_gpus` names, in order of first appearance), or
+    (None, []) where every GPU is the run's type."""
+    if not cluster.node_gpus:
+        return None, []
+    node = topology.devices.node[topology.gpus].astype(np.int64)
+    nodes = int(node.max(initial=-1)) + 1
+    try:
+        check_node_gpus(cluster.node_gpus, nodes)
+    except ValueError as e:
+        raise ConfigError(f"cluster.{e}") from None
+    types = [gpu]
+    code_of = {gpu.name: 0}
+    per_node = np.zeros(nodes, dtype=np.int64)
+    for run in cluster.node_gpus:
+        code = code_of.get(run.gpu)
+        if code is None:
+            code = code_of[run.gpu] = len(types)
+            types.append(gpu_spec(run.gpu))
+        per_node[run.first_node : run.first_node + run.nodes] = code
+    codes = per_node[node]
+    if not codes.any():
+        return None, []
+    return codes, types[1:]

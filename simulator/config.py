@@ -43,6 +43,25 @@ class Straggler(UserModel):
     slowdown: float = Field(ge=0.01, le=1e4)
 
 
+class NodeGpus(UserModel):
+    """Nodes whose GPUs are of another type than the machine's (a mixed machine): nodes
+    `first_node` .. `first_node + nodes - 1` carry `gpu`. Their compute (kernel model,
+    launch gaps, interference) and memory are that GPU's; the links stay the machine's
+    (a node of another wiring is a custom topology file)."""
+
+    first_node: int = Field(ge=0, le=MAX_GPUS)
+    nodes: int = Field(gt=0, le=MAX_GPUS)
+    gpu: str
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in gpu_catalogue():
+            raise ValueError(f"unknown GPU '{v}' (known: {', '.join(sorted(gpu_catalogue()))})")
+        return v
+
+
 # Bounds of the bandwidth what-ifs (topologies/limits.py: shared with the topology
 # builders, the CLI flags and custom topology files).
 class ClusterConfig(UserModel):
@@ -65,6 +84,7 @@ class ClusterConfig(UserModel):
     )
     routing: Literal["minimal", "valiant", "adaptive", "ecmp"] | None = None
     stragglers: tuple[Straggler, ...] = ()
+    node_gpus: tuple[NodeGpus, ...] = ()
 
     @field_validator("machine")
     @classmethod
@@ -102,6 +122,7 @@ class ClusterConfig(UserModel):
             )
         if self.nodes is not None and self.gpus is not None and self.nodes * per_node != self.gpus:
             raise ValueError(f"cluster.nodes={self.nodes} and cluster.gpus={self.gpus} disagree")
+        check_node_gpus(self.node_gpus, self.num_nodes)
         return self
 
     @property
@@ -128,6 +149,26 @@ class ClusterConfig(UserModel):
         if self.gpu:
             return self.gpu
         return machine_preset(self.machine).gpu if self.machine != "custom" else "h100"
+
+
+def check_node_gpus(runs: Sequence[NodeGpus], nodes: int | None) -> None:
+    """ValueError naming the entry when `cluster.node_gpus` runs overlap or (with a node
+    count known) go past the last node."""
+    taken: list[tuple[int, int, int]] = []
+    for i, run in enumerate(runs):
+        end = run.first_node + run.nodes
+        if nodes is not None and end > nodes:
+            raise ValueError(
+                f"node_gpus.{i}: nodes {run.first_node}..{end - 1} go past the "
+                f"machine's {nodes} nodes (0..{nodes - 1})"
+            )
+        for j, a, b in taken:
+            if run.first_node < b and a < end:
+                raise ValueError(
+                    f"node_gpus.{i}: nodes {run.first_node}..{end - 1} overlap "
+                    f"node_gpus.{j} (nodes {a}..{b - 1})"
+                )
+        taken.append((i, run.first_node, end))
 
 
 class ModelConfig(UserModel):
