@@ -71,6 +71,7 @@ class LibraryParams:
     internal_streams: int
     hbm_bytes_per_received_byte: float
     ring_channels: dict[str, int]
+    p2p_channels: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ def library_for(vendor: str, machine: str | None = None) -> LibraryParams:
         internal_streams=int(lib["internal_streams"]),
         hbm_bytes_per_received_byte=float(lib["hbm_bytes_per_received_byte"]),
         ring_channels={k: int(v) for k, v in channels.items()},
+        p2p_channels={k: int(v) for k, v in (lib.get("p2p_channels") or channels).items()},
     )
 
 
@@ -232,7 +234,7 @@ class InterferenceModel:
             if blocks == 0:
                 per_byte = copy_engine_hbm_bytes()
         else:
-            tiers = self.library.ring_channels
+            tiers = self.library.p2p_channels if p2p else self.library.ring_channels
             channels = tiers.get(tier, max(tiers.values()))
             nbytes = nccl_nbytes(kind, buffer_bytes, group_size)
             blocks = launched_channels(self.library, channels, protocol, nbytes)
