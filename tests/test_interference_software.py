@@ -109,7 +109,9 @@ def test_userbuffers_collectives_carry_their_sms() -> None:
             assert op.sms == 0
         else:
             assert op.sms == 16
-    nccl = [op for op in g.programs[0].ops if isinstance(op, CollectiveOp) and ".ub_" not in op.name]
+    nccl = [
+        op for op in g.programs[0].ops if isinstance(op, CollectiveOp) and ".ub_" not in op.name
+    ]
     assert all(op.sms is None for op in nccl)
 
 

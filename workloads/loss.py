@@ -147,5 +147,5 @@ def loss_bytes_per_elem(impl: str, logit_bytes: int) -> float:
     return sum(
         k.bytes_per_elem(logit_bytes)
         for phase in ("fwd", "bwd")
-        for k in loss_steps(impl, phase).kernels  # type: ignore[arg-type]
+        for k in loss_steps(impl, phase).kernels
     )

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from workloads.loss import PEAK_EXTRA_BYTES
-
 from workloads.transformer import BlockShape
 
 RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption; the upper bound)
