@@ -74,7 +74,11 @@ def interference_model(kernels: KernelModel, gpu: GpuSpec, topology: Topology) -
     with the kernel model's achievable HBM bandwidth and GEMM curve."""
     machine = topology.metadata.get("machine")
     return InterferenceModel.for_gpu(
-        gpu, str(machine) if machine else None, kernels.hbm_Bps, kernels.efficiency_on
+        gpu,
+        str(machine) if machine else None,
+        kernels.hbm_Bps,
+        kernels.efficiency_on,
+        kernels.gemm_tiles,
     )
 
 
@@ -187,7 +191,9 @@ def simulate(config: ExperimentConfig, *, progress: ProgressFn | None = None) ->
 
         calibration = load_calibration(config.engine.calibration)
         require_gpu(calibration, gpu.name, f"engine.calibration: {config.engine.calibration}")
-    kernels = KernelModel(gpu, calibration=calibration)
+    kernels = KernelModel(
+        gpu, calibration=calibration, attention_kernel=config.training.attention_kernel
+    )
     params = network_params_for(topology)
     fixed = kernels.interference  # a calibration's or preset's factors, else the mechanism
     cost = build_cost_model(

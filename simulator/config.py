@@ -246,6 +246,13 @@ class TrainingConfig(UserModel):
         description="Fused flash attention; false = Megatron's unfused path (QK^T, softmax, "
         "dropout and PV kernels over the full s x s scores, which are also stored).",
     )
+    attention_kernel: Literal["fa2", "fa1"] = Field(
+        default="fa2",
+        description="Which fused attention the software calls: fa2 (FlashAttention-2 class: "
+        "flash-attn >= 2, PyTorch SDPA's flash backend, cuDNN / Transformer Engine fused "
+        "attention) or fa1 (flash-attn 1.x and its Triton port, e.g. llm-foundry's "
+        "attn_impl: triton), which runs at half the rate (FlashAttention-2 paper).",
+    )
     cross_entropy: Literal["eager", "fused", "vocab-parallel"] | None = Field(
         default=None,
         description="The loss kernel, which sets the logits' memory: eager (PyTorch "

@@ -58,6 +58,7 @@ class KernelParams:
     attention_fwd_fraction: float
     attention_bwd_fraction: float
     sustained_clock_fraction: float = 1.0
+    attention_fa1_ratio: float = 1.0
     gemm_peak_rule: str = ""
     gemm_split_k: tuple[int, ...] = (1,)
 
@@ -169,6 +170,9 @@ def _params_from_mapping(
         ),
         "attention_fwd_fraction": _positive(attn, "fwd_fraction", f"{where} attention"),
         "attention_bwd_fraction": _positive(attn, "bwd_fraction", f"{where} attention"),
+        "attention_fa1_ratio": _positive(attn, "fa1_rate_ratio", f"{where} attention")
+        if "fa1_rate_ratio" in attn
+        else 1.0,
     }
     fraction, rule = peak or (_positive(d, "gemm_peak_fraction", where), "vendor default")
     tiles, scale = _tiles_and_scales(d, where)

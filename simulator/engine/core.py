@@ -389,7 +389,15 @@ class Engine:
         cache: dict[tuple[object, ...], Footprint] = {}
 
         def load(info: CommInfo, kind: int) -> Footprint:
-            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer)
+            ck = (
+                info.group,
+                info.kind,
+                info.nbytes,
+                info.root,
+                info.algorithm,
+                info.peer,
+                info.sms,
+            )
             got = cache.get(ck)
             if got is None:
                 seconds = estimate(info, kind)
@@ -402,7 +410,7 @@ class Engine:
                     )
                     proto = pricer.plan(b, info.kind, info.nbytes, True).protocol
                     got = mech.footprint(
-                        info.kind, info.nbytes, b.group_size, b.tier, proto, seconds
+                        info.kind, info.nbytes, b.group_size, b.tier, proto, seconds, info.sms
                     )
                 cache[ck] = got
             return got
