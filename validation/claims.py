@@ -60,6 +60,7 @@ class ClaimNumber(UserModel):
     tolerance_pct: float | None = None
     tolerance_abs: float | None = None
     at_least: float | None = None
+    at_most: float | None = None  # an upper bound on the simulated value
     missing: str | None = None
 
     @model_validator(mode="after")
@@ -114,12 +115,17 @@ def zeropp_parallel(strategy: str) -> dict[str, Any]:
     return dict(setup_value(ZEROPP, ZEROPP_SETUP_KEYS[strategy]))
 
 
-def zeropp_config(gcds: int, strategy: str, reduced: bool = False) -> dict[str, Any]:
-    """The raw experiment config of one point of the ZeRO++ experiment."""
+def zeropp_config(
+    gcds: int, strategy: str, reduced: bool = False, library: str | None = None
+) -> dict[str, Any]:
+    """The raw experiment config of one point of the ZeRO++ experiment (`library`: a
+    collective library build other than the setup's, for the sensitivity points)."""
     mbs = int(setup_value(ZEROPP, "micro_batch_sequences", reduced))
     model = dict(setup_value(ZEROPP, "model", reduced))
     micro = int(setup_value(ZEROPP, "microbatches"))
     seq = int(model.get("seq_len", 2048))
+    engine = dict(setup_value(ZEROPP, "engine"))
+    engine["collective_library"] = library or setup_value(ZEROPP, "collective_library")
     return {
         "cluster": {"machine": setup_value(ZEROPP, "machine"), "gpus": gcds},
         "model": model,
@@ -130,11 +136,13 @@ def zeropp_config(gcds: int, strategy: str, reduced: bool = False) -> dict[str, 
             "activation_checkpointing": bool(setup_value(ZEROPP, "activation_checkpointing")),
             "flash_attention": bool(setup_value(ZEROPP, "flash_attention")),
         },
-        "engine": dict(setup_value(ZEROPP, "engine")),
+        "engine": engine,
     }
 
 
-def zeropp_point(gcds: int, strategy: str, reduced: bool = False) -> dict[str, Any]:
+def zeropp_point(
+    gcds: int, strategy: str, reduced: bool = False, library: str | None = None
+) -> dict[str, Any]:
     """One simulated point: the report and the program's identity (to tell when two
     strategies ran the same program)."""
     from dataclasses import asdict
@@ -144,7 +152,7 @@ def zeropp_point(gcds: int, strategy: str, reduced: bool = False) -> dict[str, A
     from simulator.search.plans import resolve_hybrid
     from topologies.hardware import gpu_spec
 
-    data = zeropp_config(gcds, strategy, reduced)
+    data = zeropp_config(gcds, strategy, reduced, library)
     cfg = validate_config(data)
     topology = build_topology(cfg.cluster)
     setup = resolve_hybrid(cfg, topology, gpu_spec(cfg.cluster.gpu or topology.gpu_type))
@@ -152,6 +160,7 @@ def zeropp_point(gcds: int, strategy: str, reduced: bool = False) -> dict[str, A
     return {
         "gcds": gcds,
         "strategy": strategy,
+        "library": library,
         "parallel": data["parallel"],
         "program": program,
         "report": _simulate(data),
@@ -165,23 +174,35 @@ def zeropp_gcds(reduced: bool) -> list[int]:
 
 def zeropp_summary(points: list[dict[str, Any]]) -> dict[str, Any]:
     """Ratio of the hierarchy over ZeRO++ at the largest count, the hierarchy's scaling
-    efficiency from the smallest to the largest, and whether the two strategies ever ran
-    the same program (then the ratio is 1 by construction and says so)."""
-    by = {(p["gcds"], p["strategy"]): p for p in points}
-    counts = sorted({p["gcds"] for p in points})
+    efficiency from the smallest to the largest, ZeRO++'s own TFLOP/s there, whether the
+    two strategies ever ran the same program (then the ratio is 1 by construction and
+    says so), and the ratio under the other library builds (sensitivity points)."""
+    main = [p for p in points if not p.get("library")]
+    by = {(p["gcds"], p["strategy"]): p for p in main}
+    counts = sorted({p["gcds"] for p in main})
     lo, hi = counts[0], counts[-1]
 
     def tflops(g: int, s: str) -> float:
         return float(by[(g, s)]["report"]["tflops_per_gpu"])
 
     same = [g for g in counts if by[(g, "zeropp")]["program"] == by[(g, "zeropp-hier")]["program"]]
+    other: dict[str, dict[str, float]] = {}
+    for p in points:
+        if p.get("library"):
+            other.setdefault(p["library"], {})[p["strategy"]] = float(p["report"]["tflops_per_gpu"])
     return {
         "gcds": counts,
         "ratio": tflops(hi, "zeropp-hier") / tflops(hi, "zeropp"),
         "scaling_efficiency": tflops(hi, "zeropp-hier") / tflops(lo, "zeropp-hier"),
         "zeropp_scaling_efficiency": tflops(hi, "zeropp") / tflops(lo, "zeropp"),
+        "zeropp_tflops": tflops(hi, "zeropp"),
         "same_program_at": same,
         "tflops": {f"{s}@{g}": tflops(g, s) for g in counts for s in ZEROPP_STRATEGIES},
+        "ratio_by_library": {
+            lib: t["zeropp-hier"] / t["zeropp"]
+            for lib, t in other.items()
+            if "zeropp" in t and "zeropp-hier" in t
+        },
     }
 
 
