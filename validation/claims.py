@@ -276,27 +276,55 @@ def optimus_batch(max_batches: dict[str, int], reduced: bool = False) -> int:
 
 
 def optimus_point(
-    strategy: str, reduced: bool = False, deps: dict[str, Any] | None = None
+    strategy: str,
+    reduced: bool = False,
+    deps: dict[str, Any] | None = None,
+    own_max: bool = False,
 ) -> dict[str, Any]:
-    """One iteration of `strategy` at the common batch (from the max-batch tasks)."""
+    """One iteration of `strategy` at the common batch (from the max-batch tasks), or
+    with `own_max` at its own largest batch (the other reading of the speedup, info)."""
     maxima = {r["strategy"]: int(r["max_batch_sequences"]) for r in (deps or {}).values()}
-    batch = optimus_batch(maxima, reduced)
+    batch = maxima[strategy] if own_max else optimus_batch(maxima, reduced)
+    if own_max and strategy == "optimus":
+        batch -= batch % _mesh_q(reduced)
     if batch < 1:
         raise ConfigError(f"no batch that is a multiple of q fits both strategies ({maxima})")
     data = optimus_config(strategy, batch, reduced)
-    return {"strategy": strategy, "batch_sequences": batch, "report": _simulate(data)}
+    return {
+        "strategy": strategy,
+        "batch_sequences": batch,
+        "own_max": own_max,
+        "report": _simulate(data),
+    }
 
 
 def optimus_summary(points: list[dict[str, Any]], maxima: list[dict[str, Any]]) -> dict[str, Any]:
-    """Megatron / Optimus iteration time at the common batch; Optimus / Megatron max batch."""
-    t = {p["strategy"]: float(p["report"]["iteration_time_s"]) for p in points}
+    """Megatron / Optimus iteration time at the common batch; Optimus / Megatron max batch;
+    the samples/s ratio with each at its own largest batch (when those points ran)."""
+    common = [p for p in points if not p.get("own_max")]
+    t = {p["strategy"]: float(p["report"]["iteration_time_s"]) for p in common}
     mb = {m["strategy"]: int(m["max_batch_sequences"]) for m in maxima}
+    rate = {
+        p["strategy"]: p["batch_sequences"] / float(p["report"]["iteration_time_s"])
+        for p in points
+        if p.get("own_max")
+    }
     return {
-        "batch_sequences": points[0]["batch_sequences"],
+        "batch_sequences": common[0]["batch_sequences"],
         "speedup": t["megatron"] / t["optimus"],
         "time_s": t,
+        "breakdown": {
+            p["strategy"]: {
+                "compute_s": float(p["report"]["compute_time_s"]),
+                "exposed_comm_s": float(p["report"]["exposed_comm_time_s"]),
+            }
+            for p in common
+        },
         "max_batch": mb,
         "max_batch_ratio": mb["optimus"] / mb["megatron"] if mb["megatron"] else float("inf"),
+        "own_max_throughput_ratio": (
+            rate["optimus"] / rate["megatron"] if {"optimus", "megatron"} <= set(rate) else None
+        ),
     }
 
 
