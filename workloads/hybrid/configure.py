@@ -24,7 +24,12 @@ from workloads.hybrid.params import (
     ZeroppHierParallel,
     ZeroppParallel,
 )
-from workloads.hybrid.resolve_frameworks import deepspeed_runtime, fsdp_runtime, hpz_level
+from workloads.hybrid.resolve_frameworks import (
+    deepspeed_runtime,
+    fsdp_runtime,
+    hpz_level,
+    zeropp_runtime,
+)
 from workloads.hybrid.setup import (
     HybridSetup,
     Recompute,
@@ -86,12 +91,10 @@ def sharding_of(
         return _fsdp_sharding(params, params.granularity or "block", dtype_bytes, 1)
     if isinstance(params, FsdpTpParallel):
         return _fsdp_sharding(params, "block", dtype_bytes, 2)
-    fwd, bwd = params.forward_prefetch, params.backward_prefetch
     if isinstance(params, ZeroppParallel):
+        # DeepSpeed's ZeRO-3 runtime: per-module fetches (linear granularity)
         return ShardingSetup(
-            granularity=params.granularity,
-            forward_prefetch=fwd,
-            backward_prefetch=bwd,
+            granularity="linear",
             backward_level="node" if params.hpz else "global",
             gradient_level="node" if params.qgz else "global",
             qwz=params.qwz,
@@ -99,15 +102,14 @@ def sharding_of(
         )
     if isinstance(params, ZeroppHierParallel):
         return ShardingSetup(
-            granularity=params.granularity,
-            forward_prefetch=fwd,
-            backward_prefetch=bwd,
+            granularity="linear",
             forward_level=params.forward_partition,
             backward_level=params.backward_partition,
             gradient_level=params.gradient_partition,
             qwz=params.qwz,
             qgz=params.qgz,
         )
+    fwd, bwd = params.forward_prefetch, params.backward_prefetch
     again = params.reshard_after_forward
     return ShardingSetup(
         forward_prefetch=fwd,
@@ -259,6 +261,8 @@ def build_setup(
     elif isinstance(params, DeepSpeedParallel):
         ds = deepspeed_runtime(params, spec.dtype, spec.dtype_bytes)
         data_mode = "sharded" if params.zero_stage == 3 else "deepspeed"
+    elif isinstance(params, ZeroppParallel | ZeroppHierParallel):
+        ds = zeropp_runtime(params, spec.dtype, spec.dtype_bytes)
     shard = 1 if data_mode != "sharded" else _shard_default(params, cluster, dp)
     if dp % shard:
         raise WorkloadError(f"parallel.shard={shard} does not divide the {dp} data-parallel GPUs")
@@ -327,6 +331,8 @@ def default_cross_entropy(params: HybridParallel) -> str:
     eager PyTorch elsewhere (F.cross_entropy on logits.float(): torchtitan, HF)."""
     if isinstance(params, MegatronParallel | DeepSpeedParallel):
         return "vocab-parallel"
+    if isinstance(params, ZeroppParallel | ZeroppHierParallel):
+        return "vocab-parallel"  # DeepSpeed's ZeRO++ runs under Megatron-DeepSpeed / GPT-NeoX
     return "eager"
 
 
