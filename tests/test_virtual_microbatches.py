@@ -70,7 +70,14 @@ def test_virtual_microbatches_with_a_straggler_stay_compressed_and_exact() -> No
     """A straggler puts ranks apart in time: the microbatches still repeat (offset), so the
     compressed program is kept and the run equals simulating every op."""
     sets = CASES["axonn"]
-    slow = ["cluster.stragglers=[{rank: 3, slowdown: 1.5}]", "engine.mode=full"]
+    slow = [
+        "cluster.stragglers=[{rank: 3, slowdown: 1.5}]",
+        "engine.mode=full",
+        # 16 microbatches per rank of a 4-layer stack: still several repeated bodies to
+        # compress, at a fraction of the cost of every op of 64 microbatches of 24 layers
+        "training.batch_tokens=131072",
+        "model.layers=4",
+    ]
     virtual = simulate(_config(sets, *slow))
     expanded = simulate(_config(sets, *slow, "engine.virtual_microbatches=false"))
     every_op = simulate(_config(sets, *slow, "engine.steady_state=false"))
