@@ -1,7 +1,7 @@
 """Import rules of docs/DESIGN.md, checked on the source (AST), not at run time.
 
 - topologies/ imports none of our other packages; workloads/ imports exactly one module of
-  topologies/, topologies.user_model (the user-file base and its error formatter).
+  topologies/, topologies.user_input.model (the user-file base and its error formatter).
 - simulator/ may import topologies and workloads, never validation.
 - validation/ may import everything.
 - only simulator/engine/ imports simpy;
@@ -24,7 +24,7 @@ ALLOWED = {
     "validation": {"topologies", "workloads", "simulator"},
 }
 # single modules a package may import from a package it may not otherwise import
-ALLOWED_MODULES = {"workloads": {"topologies.user_model"}}
+ALLOWED_MODULES = {"workloads": {"topologies.user_input.model"}}
 RICH_OK = (
     "simulator/cli.py",
     "simulator/outputs/render.py",
@@ -59,7 +59,7 @@ def _may_import(own: str, name: str) -> bool:
 
 
 def test_workloads_sees_only_the_user_model_of_topologies() -> None:
-    assert _may_import("workloads", "topologies.user_model")
+    assert _may_import("workloads", "topologies.user_input.model")
     assert not _may_import("workloads", "topologies.types")
     assert not _may_import("workloads", "topologies")
     assert not _may_import("topologies", "workloads.user_model")
