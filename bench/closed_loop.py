@@ -70,7 +70,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None, help="keep traces here")
     p.add_argument("--json", type=Path, default=None, help="write the full results here")
     args = p.parse_args()
-    from validation.calibrate import calibrate, write_calibration
+    from validation.calibration.calibrate import calibrate, write_calibration
 
     root = args.out or Path(tempfile.mkdtemp(prefix="axsim-closed-loop-"))
     reps: list[dict[str, Any]] = []

@@ -8,7 +8,7 @@ Frontier, 8x1x16x256, as in simulator/benchmarks/scaling.py); `--strag` adds the
 with one 1.3x slower GPU (rank 3: full mode, 1,024 ranks, ~2 min to simulate).
 Each case is simulated once, written as `axsim simulate --out` writes it (no pictures)
 into a fresh temporary folder, then HTA 0.5 runs every analysis of its TraceAnalysis
-(validation/hta_compat.py `run_every_analysis`) on the `kineto/` folder. One JSON row per
+(validation/references/hta_summary.py `run_every_analysis`) on the `kineto/` folder. One JSON row per
 case: simulate / export / HTA wall times, bytes, the analyses that failed, the critical
 path's shares on the report's critical rank next to the report's, and the stragglers.
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from simulator.api import simulate
 from simulator.config import load_config
 from simulator.outputs.files import write_outputs
-from validation.hta_compat import (
+from validation.references.hta_summary import (
     critical_path_shares,
     potential_stragglers,
     report_shares,

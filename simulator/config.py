@@ -27,8 +27,8 @@ from topologies.errors import TopologyError
 from topologies.hardware import gpu_catalogue
 from topologies.limits import BANDWIDTH_SCALE_RANGE, MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from topologies.machines import MAX_GPUS
-from topologies.user_files import read_user_text
-from topologies.user_model import UserModel, first_error_line
+from topologies.user_input.files import read_user_text
+from topologies.user_input.model import UserModel, first_error_line
 from topologies.yaml_loader import load_user_yaml, yaml_error_line
 from workloads.errors import WorkloadError
 from workloads.models import TransformerSpec, model_preset, with_overrides

@@ -13,7 +13,7 @@ from simulator.search.analytical import (
     axonn_comm_estimate,
     layer_comm_s,
 )
-from validation.figures.experiments import axonn_grid, axonn_ranking
+from validation.experiments.simulations import axonn_grid, axonn_ranking
 from workloads.axonn.params import Grid
 from workloads.models import TransformerSpec, model_preset
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from validation.block_inventory import inventory
+from validation.references.block_kernels import inventory
 from workloads.builder import ProgramBuilder
 from workloads.models import model_preset
 from workloads.ops import ComputeKind, ComputeOp

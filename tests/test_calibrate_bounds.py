@@ -25,7 +25,7 @@ from simulator.network.params import network_params_for
 from tests import calibrate_synth as synth
 from tests.cli_helpers import one_line_error
 from topologies.machines import build_machine
-from validation.calibrate import calibrate, write_calibration
+from validation.calibration.calibrate import calibrate, write_calibration
 
 DATA = Path(__file__).parent / "data"
 VIDUR_H100 = DATA / "vidur_network" / "h100_dgx__all_reduce.csv"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from validation.calibrate_fit import SizePoint, fit_line, fit_piecewise, segment_time_s
+from validation.calibration.piecewise import SizePoint, fit_line, fit_piecewise, segment_time_s
 
 
 def _two_regimes(nbytes: float) -> float:

@@ -17,14 +17,14 @@ from simulator.benchmarks.nccl_tests import format_nccl_tests
 from simulator.cli import main
 from topologies.catalogue import machine_preset
 from topologies.machines import build_machine
-from validation.calibrate import LogOptions, calibrate, write_calibration
-from validation.calibrate_network import NetworkFit
-from validation.collective_logs import (
+from validation.calibration.benchmark_logs import (
     CollectiveSample,
     drop_unhealthy,
     read_nccl_tests,
     read_pccl_csv,
 )
+from validation.calibration.calibrate import LogOptions, calibrate, write_calibration
+from validation.calibration.network import NetworkFit
 from workloads.ops import CollectiveKind
 
 from .cli_helpers import one_line_error
@@ -81,7 +81,7 @@ def test_fit_recovers_a_regimes_stall() -> None:
     from dataclasses import replace as dc_replace
 
     from simulator.network.params import network_params_for
-    from validation.calibrate_network import regime_templates
+    from validation.calibration.network import regime_templates
 
     template = regime_templates("frontier")[1]
     build = template.libraries[0]

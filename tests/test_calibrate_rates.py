@@ -20,7 +20,7 @@ from simulator.network.params import default_network_params
 from simulator.network.pricing import CollectivePricer
 from topologies.hardware import gpu_spec
 from topologies.machines import build_machine
-from validation.measured import catalogue_gpu
+from validation.runs.measured import catalogue_gpu
 from workloads.ops import CollectiveKind, CollectiveOp, ComputeKind, ComputeOp
 
 RATES = KernelRates(

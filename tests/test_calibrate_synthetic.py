@@ -13,7 +13,7 @@ from simulator.cost.calibration import load_calibration
 from simulator.cost.kernels import KernelModel
 from tests import calibrate_synth as synth
 from topologies.machines import build_machine
-from validation.calibrate import calibrate, write_calibration
+from validation.calibration.calibrate import calibrate, write_calibration
 from workloads.ops import ComputeKind, ComputeOp
 
 

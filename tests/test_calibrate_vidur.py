@@ -10,8 +10,8 @@ import pytest
 
 from simulator.benchmarks.collectives import per_node_instances
 from simulator.cli import main
-from validation.calibrate import calibrate, write_calibration
-from validation.vidur_check import reproduce_vidur
+from validation.calibration.calibrate import calibrate, write_calibration
+from validation.calibration.vidur_check import reproduce_vidur
 
 DATA = Path(__file__).parent / "data" / "vidur_network"
 H100, A100 = DATA / "h100_dgx__all_reduce.csv", DATA / "a100_dgx__all_reduce.csv"

@@ -1,4 +1,4 @@
-"""The seed papers' claim files (validation/claims.py): every setup value sourced, the
+"""The seed papers' claim files (validation/cases/claims.py): every setup value sourced, the
 published numbers as the abstracts state them, the experiments' rules; and the strategy
 features they use (Megatron's distributed saved activations, fp32 optimizer state)."""
 
@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.strategy_helpers import SPEC, collectives, hybrid
-from validation.claims import (
+from validation.cases.claims import (
     CLAIM_FILES,
     ClaimFile,
     Sourced,
@@ -96,8 +96,8 @@ def test_zeropp_summary_ratio_efficiency_and_same_program() -> None:
 
 
 def test_an_upper_bound_claim_checks_the_simulated_value_from_above() -> None:
-    from validation.case import CaseResult
-    from validation.claim_cases import claim_cases
+    from validation.cases.case import CaseResult
+    from validation.cases.claim_ratios import claim_cases
 
     case = next(c for c in claim_cases(stand_in=True) if c.name == "zeropp-frontier-tflops")
     assert case.bound and case.published == 73.5
@@ -147,7 +147,7 @@ def test_fp32_training_keeps_no_master_copy() -> None:
 
 
 def test_a_malformed_claim_file_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    import validation.claims as claims
+    import validation.cases.claims as claims
     from simulator.errors import ConfigError
 
     bad = {"cite": "c", "source": "s", "claims": {}, "setup": {"gpus": {"value": 64}}}

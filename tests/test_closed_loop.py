@@ -41,8 +41,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_program_mirrors_the_traced_collectives(runs: dict[str, Path]) -> None:
-    from validation.measured import load_run
-    from validation.torch4d_workload import build_torch4d_program, load_run_json, run_spec_from_json
+    from validation.runs.measured import load_run
+    from validation.torch4d.workload import build_torch4d_program, load_run_json, run_spec_from_json
     from workloads.ops import CollectiveOp
 
     for name in ("A", "B"):

@@ -14,7 +14,7 @@ import pytest
 from simulator.cost.calibration import Calibration, GpuCalibration, KernelRates
 from simulator.outputs.timeline import COMPUTE_KINDS
 from validation.compare import simulated_breakdown
-from validation.simulate_run import SimRun, simulate_torch4d
+from validation.runs.simulate import SimRun, simulate_torch4d
 from validation.torch4d.config import PRESETS, Grid, RunSpec
 
 OVERHEAD = 2e-4

@@ -11,9 +11,9 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
+from validation.experiments.runner import TaskFailed, build_figures, run_tasks
+from validation.experiments.tasks import Figure, FigureOutput, task
 from validation.figures import all_figures, select
-from validation.figures.base import Figure, FigureOutput, task
-from validation.figures.runner import TaskFailed, build_figures, run_tasks
 from validation.published import axonn_bandwidths, axonn_perlmutter
 
 pytest.importorskip("matplotlib")

@@ -1,6 +1,6 @@
 """axsim's FSDP memory model against PyTorch FSDP's own accounting of a small GPT on CPU.
 
-tests/data/fsdp_cpu_reference.json was written by `python -m validation.fsdp_reference`
+tests/data/fsdp_cpu_reference.json was written by `python -m validation.references.fsdp_memory`
 (torch 2.13 CPU, a fake 4-rank process group, FullyShardedDataParallel with one unit per
 block, MixedPrecision bf16): FSDP's flat parameters, gradients and Adam state, and the
 peak of unsharded units it held during one step. The CPU runs synchronously, so it holds
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.strategy_helpers import hybrid
-from validation.fsdp_reference import RefConfig, RefModel, measure
+from validation.references.fsdp_memory import RefConfig, RefModel, measure
 from workloads.hybrid.framework_memory import fsdp_states
 from workloads.hybrid.params import ShardedParallel
 from workloads.hybrid.setup import block_params, stage_param_counts

@@ -13,7 +13,7 @@ from simulator.api import simulate
 from simulator.config import load_config
 from simulator.outputs.files import write_outputs
 from simulator.outputs.trace_io import read_trace_json
-from validation.hta_compat import (
+from validation.references.hta_summary import (
     KEYS,
     axsim_summary,
     critical_path_shares,
@@ -58,7 +58,7 @@ def test_kineto_files_have_what_hta_needs(simulated: tuple[Path, list]) -> None:
 
 def test_hta_agrees_with_axsim(simulated: tuple[Path, list]) -> None:  # type: ignore[type-arg]
     pytest.importorskip("hta")
-    from validation.hta_compat import hta_summary
+    from validation.references.hta_summary import hta_summary
 
     out, timelines = simulated
     hta = hta_summary(out / "kineto")
@@ -77,7 +77,7 @@ def test_hta_agrees_with_axsim(simulated: tuple[Path, list]) -> None:  # type: i
 
 def test_every_hta_analysis_runs_on_simulated_traces(simulated: tuple[Path, list]) -> None:  # type: ignore[type-arg]
     pytest.importorskip("hta")
-    from validation.hta_compat import run_every_analysis
+    from validation.references.hta_summary import run_every_analysis
 
     results = run_every_analysis(simulated[0] / "kineto", rank=1)
     failed = {k: v for k, v in results.items() if isinstance(v, Exception)}
@@ -118,7 +118,7 @@ def test_critical_path_splits_the_step_as_the_report_does(grid: str, tmp_path: P
     report's within 10 points (they differ by design: the path charges a collective that
     gates compute from its start, the report only its exposed part)."""
     pytest.importorskip("hta")
-    from validation.hta_compat import potential_stragglers
+    from validation.references.hta_summary import potential_stragglers
 
     result = simulate(load_config(None, [*COMPUTE_BOUND, f"parallel.grid={grid}"]))
     write_outputs(result, tmp_path, pictures=False)

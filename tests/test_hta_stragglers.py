@@ -1,5 +1,5 @@
 """Holistic Trace Analysis' straggler analysis names the rank `cluster.stragglers` slows
-down, through validation/hta_compat.py's metric (HTA's late-start metric comparing one
+down, through validation/references/hta_summary.py's metric (HTA's late-start metric comparing one
 collective across ranks; its docstring says why HTA 0.5's reference metric cannot)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from simulator.config import load_config
 from simulator.outputs.kineto import write_kineto_traces
 from simulator.outputs.timeline import COMM_KINDS
 from simulator.outputs.trace_context import TraceContext
-from validation.hta_compat import METRIC, late_start_metric
+from validation.references.hta_summary import METRIC, late_start_metric
 
 WIDE = ["cluster.machine=dgx-h100", "model.name=gpt-tiny", "model.heads=32",
         "engine.mode=full", "engine.virtual_microbatches=false"]  # fmt: skip
@@ -43,7 +43,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_hta_names_the_injected_straggler(case: str, tmp_path: Path) -> None:
     pytest.importorskip("hta")
-    from validation.hta_compat import potential_stragglers
+    from validation.references.hta_summary import potential_stragglers
 
     overrides, straggler, k = CASES[case]
     slow = f"cluster.stragglers=[{{rank: {straggler}, slowdown: 1.5}}]"
@@ -103,7 +103,7 @@ def test_hta_reference_metric_misses_the_straggler_the_adapter_names() -> None:
     pytest.importorskip("hta")
     from hta.analyzers.straggler import find_stragglers_with_late_start_comm_kernels
 
-    from validation.hta_compat import straggler_impl
+    from validation.references.hta_summary import straggler_impl
 
     df, symbols = _collectives("ncclKernel")  # the names HTA 0.5 looks for
     reference = find_stragglers_with_late_start_comm_kernels(df, symbols, 1)

@@ -16,9 +16,14 @@ from simulator.api import simulate
 from simulator.config import load_config
 from simulator.cost import INTERFERENCE, LAUNCH_GAPS, Interference
 from tests import calibrate_synth as synth
-from validation.calibrate import calibrate
-from validation.kernel_evidence import KernelSample, launch_gaps
-from validation.kernel_loo import TraceCase, leave_one_out, load_case, self_check
+from validation.calibration.calibrate import calibrate
+from validation.calibration.kernels.evidence import KernelSample, launch_gaps
+from validation.calibration.kernels.leave_one_out import (
+    TraceCase,
+    leave_one_out,
+    load_case,
+    self_check,
+)
 from validation.trace.traffic import op_traffic
 
 DATA = Path(__file__).parent / "data" / "traces"

@@ -23,7 +23,7 @@ from simulator.network.pricing import CollectivePricer
 from simulator.network.regimes import Regime
 from simulator.network.schedules import CHAIN_CHUNK_BYTES
 from topologies.machines import build_machine
-from validation.collective_logs import (
+from validation.calibration.benchmark_logs import (
     CONNECTION_SETUP,
     exclusions,
     read_pccl_csv,

@@ -17,7 +17,7 @@ from simulator.search.published import (
     min_tensor_for,
     published_ranking,
 )
-from validation.figures.experiments import _axonn_config
+from validation.experiments.simulations import _axonn_config
 from workloads.axonn.params import Grid
 from workloads.models import model_preset
 

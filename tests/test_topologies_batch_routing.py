@@ -26,8 +26,8 @@ from topologies.batch_routing import (
 )
 from topologies.catalogue import machine_presets
 from topologies.custom import parse_custom_topology
-from topologies.dragonfly import DragonflySpec, build_dragonfly
-from topologies.dragonfly_routing import (
+from topologies.dragonfly.build import DragonflySpec, build_dragonfly
+from topologies.dragonfly.routing import (
     DragonflyPaths,
     _draw,
     _draw_array,

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from topologies.dragonfly import DragonflySpec, build_dragonfly
+from topologies.dragonfly.build import DragonflySpec, build_dragonfly
 from topologies.errors import TopologyError
 from topologies.fabric import Fabric
 from topologies.fattree import FatTreeSpec, build_fat_tree

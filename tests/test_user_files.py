@@ -19,7 +19,7 @@ from simulator.cli import main
 from simulator.sweep.spec import sweep_spec_json_schema
 from tests.cli_helpers import one_line_error
 from topologies.custom import custom_topology_json_schema
-from topologies.user_model import UserModel, first_error_line
+from topologies.user_input.model import UserModel, first_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 CUSTOM = ROOT / "tests" / "data" / "custom_topology.yaml"

@@ -16,9 +16,9 @@ from dataclasses import replace
 import pytest
 
 from simulator.cli import main
-from validation.claim_cases import claim_cases
+from validation.cases.claim_ratios import claim_cases
+from validation.cases.validate import Case, CaseResult, all_cases, run_validation, select_cases
 from validation.published import axonn_bandwidths, axonn_frontier, axonn_perlmutter, load_yaml
-from validation.validate import Case, CaseResult, all_cases, run_validation, select_cases
 
 SUBSET = "perlmutter-512-gpt-5b,bw-,nvswitch-,gemm-,pccl-perlmutter-predicted-median"
 

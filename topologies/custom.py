@@ -54,8 +54,8 @@ from topologies.types import (
     device_kind_code,
     link_kind_code,
 )
-from topologies.user_files import read_user_text
-from topologies.user_model import UserModel, first_error_line
+from topologies.user_input.files import read_user_text
+from topologies.user_input.model import UserModel, first_error_line
 from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 
 DEFAULT_LATENCY_US = 0.5

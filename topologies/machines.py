@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from topologies.catalogue import MachinePreset, machine_preset
-from topologies.dragonfly import DragonflySpec, build_dragonfly
+from topologies.dragonfly.build import DragonflySpec, build_dragonfly
 from topologies.errors import TopologyError
 from topologies.fabric import Fabric, spec_number
 from topologies.fattree import FatTreeSpec, build_fat_tree

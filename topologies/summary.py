@@ -7,7 +7,7 @@ Figures, all per direction:
   (node NIC bandwidth / GPUs per node on the presets);
 - bisection: for machine presets, min(NIC injection of half the nodes, the fabric cut
   between the two halves of the nodes) as computed from the fabric's structure (see
-  topologies.dragonfly and topologies.fattree; `minimal_bisection_GBps` counts only links
+  topologies.dragonfly.build and topologies.fattree; `minimal_bisection_GBps` counts only links
   minimal routes use); for custom topologies, the max flow between the first and second
   half of the GPUs on the whole graph;
 - node bisection: the max flow inside one node between the first and second half of its

@@ -2,7 +2,7 @@
 
 `compare(traces, config=None, calibration=None, tolerance=0.2) -> Comparison`:
 
-- the measured side is the run's traces (validation.measured): the iteration time is the
+- the measured side is the run's traces (validation.runs.measured): the iteration time is the
   median over its ProfilerStep iterations (the first skipped when there are several) of
   the slowest rank's step; per op kind, the busy time per step (mean over ranks); per
   process group, the time its collectives are in flight (the union of their records,
@@ -11,7 +11,7 @@
   `overhead` kind: the part of the main thread's step that no op or collective covers
   (dispatcher, autograd, Python);
 - the simulated side is `config`: a torch4d `run.json` (default: the one beside the
-  traces) replayed exactly (validation.torch4d_workload) on `machine` (`cpu-host` for a
+  traces) replayed exactly (validation.torch4d.workload) on `machine` (`cpu-host` for a
   CPU run), or an axsim YAML experiment config run through `simulate()`; `calibration`
   is the calibration file both use. Simulated compute ops carry the kernel model's
   per-op launch overhead, the host time between ops that traces show as gaps: it is
@@ -36,14 +36,14 @@ import numpy as np
 from simulator.errors import SimulatorError
 from simulator.outputs.analysis import length
 from simulator.outputs.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
-from validation.measured import (
+from validation.runs.measured import (
     CollRecord,
     MeasuredRun,
     counted_steps,
     load_run,
     measured_steps,
 )
-from validation.torch4d_workload import TORCH4D_GROUPS
+from validation.torch4d.workload import TORCH4D_GROUPS
 
 DEFAULT_TOLERANCE = 0.2
 
@@ -220,8 +220,8 @@ def compare(
     network: str = "contention",
 ) -> Comparison:
     """Simulate the traced run and join it with the traces (see module doc)."""
-    from validation.calibrate import collect_inputs
-    from validation.simulate_run import simulate_config
+    from validation.calibration.calibrate import collect_inputs
+    from validation.runs.simulate import simulate_config
 
     inputs = collect_inputs([traces])
     if len(inputs.runs) != 1:

@@ -20,7 +20,7 @@ kernel (no kernel of its own), rotary positions add the rope kernels.
 
 The non-GEMM kernels are the ones a real torch block launches: `data/block_kernels.yaml`
 lists them in launch order, counted from a Kineto trace of our torch implementation of
-one block (validation/block_inventory.py; eager PyTorch: the LayerNorm, bias adds,
+one block (validation/references/block_kernels.py; eager PyTorch: the LayerNorm, bias adds,
 attention, GeLU, residual adds forward; the bias-gradient sums, GeLU backward, LayerNorm
 backwards, gradient accumulation and the copies that bring q, k, v gradients back to the
 QKV layout backward), each with the tensors it reads and writes in the block's sizes.

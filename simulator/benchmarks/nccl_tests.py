@@ -2,7 +2,7 @@
 
 `axsim collective --format nccl-tests` prints a sweep in this shape so a simulated curve
 can be put next to (or diffed against) a recorded log, and `axsim calibrate` reads the
-same shape back (validation/collective_logs.py). Columns and number formats follow
+same shape back (validation/calibration/benchmark_logs.py). Columns and number formats follow
 nccl-tests src/common.cu: size (B), count (elements), type, redop, root, then time (us),
 algbw and busbw (GB/s = 1e9 B/s) and #wrong, out-of-place and in-place (the simulator
 prices both alike). The header names every rank and its node ("on nodeN"), which is

@@ -69,8 +69,8 @@ from simulator.network.protocols import CollectiveModelSpec
 from simulator.outputs.staging import atomic_write_text
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
-from topologies.user_files import read_user_text
-from topologies.user_model import UserModel, first_error_line
+from topologies.user_input.files import read_user_text
+from topologies.user_input.model import UserModel, first_error_line
 from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 from workloads.ops import CollectiveKind
 

@@ -20,7 +20,7 @@ import yaml
 
 from simulator.errors import CostModelError
 from topologies.hardware import GpuSpec, gpu_catalogue
-from topologies.user_files import read_user_text
+from topologies.user_input.files import read_user_text
 from topologies.yaml_loader import load_packaged_yaml
 
 DEFAULTS_FILE = "data/kernel_defaults.yaml"

@@ -44,7 +44,7 @@ from typing import Literal
 from pydantic import Field
 
 from simulator.network.regimes import Regime, RegimeSpec
-from topologies.user_model import UserModel
+from topologies.user_input.model import UserModel
 
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 TIERS: tuple[str, ...] = ("intra_node", "inter_node")

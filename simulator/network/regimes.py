@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from topologies.user_model import UserModel
+from topologies.user_input.model import UserModel
 
 US = 1e-6
 

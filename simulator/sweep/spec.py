@@ -34,7 +34,7 @@ from simulator.config import (
     validate_config,
 )
 from simulator.errors import SimulatorError
-from topologies.user_model import UserModel, first_error_line
+from topologies.user_input.model import UserModel, first_error_line
 
 # Most points one spec may expand to. Expanding a point (overrides applied, config
 # validated, hashed) costs about 1 ms and 8 KB here (1,000 points: 0.9 s, 53 MB in all),

@@ -116,7 +116,7 @@ def calibrate_command(
     the network model's per-tier, per-protocol latency and bandwidth terms from nccl-tests
     / rccl-tests logs and PCCL-shaped CSVs."""
     from simulator.errors import ConfigError
-    from validation.calibrate import calibrate, write_calibration
+    from validation.calibration.calibrate import calibrate, write_calibration
 
     if gpu is not None:
         from topologies.hardware import gpu_spec
@@ -195,7 +195,7 @@ def _log_options(
     """The flags about collective logs, checked (ConfigError naming the flag)."""
     from simulator.errors import ConfigError
     from simulator.units import parse_bytes, split_names
-    from validation.calibrate import LogOptions
+    from validation.calibration.calibrate import LogOptions
     from workloads.ops import CollectiveKind
 
     if machine is not None:

@@ -64,8 +64,8 @@ def register(app: click.Group) -> None:
         """Regenerate the paper figures by simulation (PNG, SVG and a caption each)."""
         from simulator.outputs.staging import check_out_folder, staged_folder
         from simulator.process import check_jobs
+        from validation.experiments.runner import build_figures
         from validation.figures import select
-        from validation.figures.runner import build_figures
 
         figures = select(only)
         if list_only:

@@ -9,7 +9,13 @@ import click
 from rich.table import Table
 
 from simulator.outputs.render import stdout_console
-from validation.kernel_loo import ROWS, TOLERANCE, LooRow, leave_one_out, load_case
+from validation.calibration.kernels.leave_one_out import (
+    ROWS,
+    TOLERANCE,
+    LooRow,
+    leave_one_out,
+    load_case,
+)
 
 COLUMNS = (*ROWS, "compute")
 

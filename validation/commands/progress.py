@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from simulator.outputs.render import count_bar
-from validation.figures.runner import Progress
+from validation.experiments.runner import Progress
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import json
 import click
 
 from simulator.outputs.versions import SCHEMA_VERSION, axsim_version
-from validation.case import CaseResult
+from validation.cases.case import CaseResult
 from validation.commands.progress import item_bar
 
 STYLE = {"ok": "green", "outside": "bold red", "failed": "bold red", "info": "yellow"}
@@ -100,7 +100,7 @@ def register(app: click.Group) -> None:
         """Simulate every published number the repo holds and compare (exit 1 if any is
         outside its tolerance)."""
         from simulator.process import check_jobs
-        from validation.validate import run_validation, select_cases
+        from validation.cases.validate import run_validation, select_cases
 
         cases = select_cases(only)
         if list_only:

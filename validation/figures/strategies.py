@@ -6,7 +6,7 @@ combinations, most promising first, the first N simulated, the fastest kept); Ax
 from `axsim search` (shared with the weak-scaling figure).
 
 Optimus vs Megatron-LM and the ZeRO family on Frontier reproduce the papers' own setups
-(validation/claims.py, the same simulations `axsim validate` checks) and draw the
+(validation/cases/claims.py, the same simulations `axsim validate` checks) and draw the
 published ratios beside the simulated ones; `--reduced` runs the claim files' small
 stand-in setups.
 """
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from validation.figures.base import Built, Figure, FigureOutput, Task, task
+from validation.experiments.tasks import Built, Figure, FigureOutput, Task, task
 from validation.figures.plotting import caption, grid_text, model_label, pyplot, save
 from validation.figures.published_overlay import (
     PublishedSeries,
@@ -166,7 +166,7 @@ def _megatron_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
 
 # ------------------------------------------------------------------ Optimus vs Megatron
 def _optimus_tasks(reduced: bool) -> list[Task]:
-    from validation.claim_cases import optimus_tasks
+    from validation.cases.claim_ratios import optimus_tasks
 
     return optimus_tasks(stand_in=reduced)
 
@@ -186,7 +186,7 @@ def _published_bars(
 
 
 def _optimus_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
-    from validation.claims import OPTIMUS, load_claim, optimus_summary, setup_value
+    from validation.cases.claims import OPTIMUS, load_claim, optimus_summary, setup_value
 
     res = [r for _, r in built]
     summ = optimus_summary(res[2:], res[:2])
@@ -260,14 +260,14 @@ def _parallel_text(point: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------ ZeRO family on Frontier
 def _zero_tasks(reduced: bool) -> list[Task]:
-    from validation.claim_cases import zeropp_tasks
-    from validation.claims import zeropp_gcds
+    from validation.cases.claim_ratios import zeropp_tasks
+    from validation.cases.claims import zeropp_gcds
 
     return zeropp_tasks(stand_in=reduced, gcds=zeropp_gcds(reduced))
 
 
 def _zero_render(built: Built, out: Path, reduced: bool) -> FigureOutput:
-    from validation.claims import ZEROPP, load_claim, setup_value, zeropp_summary
+    from validation.cases.claims import ZEROPP, load_claim, setup_value, zeropp_summary
 
     points = [r for _, r in built]
     summ = zeropp_summary(points)

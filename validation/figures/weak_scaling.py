@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from validation.figures.base import Built, Figure, FigureOutput, Task, task
+from validation.experiments.tasks import Built, Figure, FigureOutput, Task, task
 from validation.figures.plotting import caption, grid_text, model_label, pyplot, save
 from validation.figures.published_overlay import (
     PublishedSeries,

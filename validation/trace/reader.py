@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from topologies.user_files import check_regular
+from topologies.user_input.files import check_regular
 from validation.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from topologies.user_model import UserModel
+from topologies.user_input.model import UserModel
 
 OverlapFlag = Literal["oar", "ors", "oag"]
 Implementation = Literal["sc24", "litgpt", "axonn-0.2"]

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from topologies.user_model import UserModel
+from topologies.user_input.model import UserModel
 from workloads.hybrid.fsdp_params import DtypeName
 
 MAX_ELEMS = 2**50  # a bound far beyond any bucket (a typo fails at once)

@@ -32,7 +32,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from topologies.user_model import UserModel
+from topologies.user_input.model import UserModel
 
 ShardingStrategy = Literal[
     "FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2", "NO_SHARD"

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from topologies.user_model import UserModel
+from topologies.user_input.model import UserModel
 from workloads.hybrid.deepspeed_params import DeepSpeedParallel, Zero3Options
 from workloads.hybrid.fsdp_params import FSDP_OPTION_FIELDS, HYBRID_STRATEGIES, FsdpOptions
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from topologies.user_model import UserModel
+from topologies.user_input.model import UserModel
 
 
 class OptimusParallel(UserModel):
