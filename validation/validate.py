@@ -38,6 +38,12 @@ machine has a fit case (the rank counts its preset's terms were fitted on) and a
 prediction case (every other rank count); bound cases (pccl-*, curve-*) pass when the
 simulated error statistic is at most the bound, their "published" column.
 
+Like for like: every AxoNN case runs the software environment its authors ran where
+their launch scripts show it (validation/published/data/axonn_environments.yaml, named by
+each data file's `environment:`): on Frontier, RCCL without GPUDirect RDMA (network
+traffic staged through host memory, topologies/host_staging.py), the bandwidth table's
+Frontier cells included; the machine presets keep what a well-configured job gets.
+
 `--reduced` simulates only the published analytical model's best grid (top 1) for the AxoNN
 cases instead of the top 10; every other case is unchanged (they take seconds).
 """
