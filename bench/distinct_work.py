@@ -1,7 +1,7 @@
 """The simulator at the cost of its distinct work (issue 22): pipelines, symmetric setup,
 full mode and start-up, in CPU seconds and raw-simpy-event equivalents.
 
-`python bench/distinct_work.py [--only TEXT] [--tree DIR ...] [--repeat N] [--out FILE]`
+`python bench/distinct_work.py [--only TEXT ...] [--tree DIR ...] [--repeat N] [--out FILE]`
 
 Each case runs `simulate()` in a fresh process (so its peak RSS is its own) and reports
 the CPU seconds of the call, its wall time, peak RSS, ops simulated / represented and
@@ -24,6 +24,16 @@ Cases and their sources:
 - GPT-640B on 131,072 DGX H100 GPUs (grid 8 x 2 x 16 x 512: simulator/benchmarks/scaling.py's
   65,536-GPU case with twice the data parallelism);
 - full mode GPT-80B on 1,024 Perlmutter GPUs (grid 4 x 4 x 4 x 16, as simulator/benchmarks/scaling.py).
+
+Issue 35 (what differs costs what differs), each read as a CPU-s ratio in one run against
+the lockstep run of the same configuration (`RATIOS`; the raw-simpy unit moves by about
+35% between CPUs, ratios do not): GPT-80B on 256 (grid 4 x 4 x 4 x 4) and 1,024 (4 x 4 x 4
+x 16) Perlmutter GPUs with one straggler (rank 3 at 1.2x), two (rank 517 at 1.1x too:
+another replica and node position) and half the nodes A40s, `auto` on the lockstep run;
+GPT-80B on 768 Frontier GCDs with x = 3 (groups mixing even and odd GCDs unevenly: the
+full mode's case before the refined view), against its full mode and against the
+symmetric run of an aligned grid (2 x 4 x 4 x 32 on 1,024 GCDs); and `axsim search` for
+GPT-320B on 32,768 Frontier GCDs with its peak RSS (SEARCHES).
 """
 
 from __future__ import annotations
@@ -40,7 +50,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _axonn(machine: str, gpus: int, model: str, grid: str, mode: str = "symmetric") -> list[str]:
+def _axonn(
+    machine: str, gpus: int, model: str, grid: str, mode: str = "symmetric", *extra: str
+) -> list[str]:
     x, y, z, d = grid.split(",")
     return [
         f"cluster.machine={machine}",
@@ -49,7 +61,15 @@ def _axonn(machine: str, gpus: int, model: str, grid: str, mode: str = "symmetri
         f"model.name={model}",
         f"parallel.grid={{x: {x}, y: {y}, z: {z}, data: {d}}}",
         f"engine.mode={mode}",
+        *extra,
     ]
+
+
+ONE_STRAGGLER = "cluster.stragglers=[{rank: 3, slowdown: 1.2}]"
+# two stragglers in different data-parallel replicas and node positions
+TWO_STRAGGLERS = "cluster.stragglers=[{rank: 3, slowdown: 1.2}, {rank: 517, slowdown: 1.1}]"
+# half the nodes carry an NVIDIA A40 (48 GB, 150 bf16 TFLOP/s against the A100's 312)
+HALF_A40 = "cluster.node_gpus=[{first_node: 128, nodes: 128, gpu: a40}]"
 
 
 def _megatron(
@@ -88,7 +108,87 @@ CASES: dict[str, list[str]] = {
     "Full mode GPT-80B, 1,024 Perlmutter GPUs": _axonn(
         "perlmutter", 1024, "gpt-80b", "4,4,4,16", "full"
     ),
+    # issue 35: what differs costs what differs (ratios below, against the lockstep run)
+    "GPT-80B, 256 Perlmutter GPUs, symmetric": _axonn("perlmutter", 256, "gpt-80b", "4,4,4,4"),
+    "GPT-80B, 256 Perlmutter GPUs, one straggler": _axonn(
+        "perlmutter", 256, "gpt-80b", "4,4,4,4", "auto", ONE_STRAGGLER
+    ),
+    "GPT-80B, 1,024 Perlmutter GPUs, symmetric": _axonn("perlmutter", 1024, "gpt-80b", "4,4,4,16"),
+    "GPT-80B, 1,024 Perlmutter GPUs, auto (lockstep)": _axonn(
+        "perlmutter", 1024, "gpt-80b", "4,4,4,16", "auto"
+    ),
+    "GPT-80B, 1,024 Perlmutter GPUs, one straggler": _axonn(
+        "perlmutter", 1024, "gpt-80b", "4,4,4,16", "auto", ONE_STRAGGLER
+    ),
+    "GPT-80B, 1,024 Perlmutter GPUs, two stragglers": _axonn(
+        "perlmutter", 1024, "gpt-80b", "4,4,4,16", "auto", TWO_STRAGGLERS
+    ),
+    "GPT-80B, 1,024 Perlmutter GPUs, half the nodes A40": _axonn(
+        "perlmutter", 1024, "gpt-80b", "4,4,4,16", "auto", HALF_A40
+    ),
+    # x = 3 on 8-GCD nodes: groups mix even and odd GCDs unevenly, which the workload's
+    # one class cannot represent (auto ran the full mode); the refined view can
+    "GPT-80B, 768 Frontier GCDs, grid 3 x 4 x 4 x 16, auto": _axonn(
+        "frontier", 768, "gpt-80b", "3,4,4,16", "auto"
+    ),
+    "GPT-80B, 768 Frontier GCDs, grid 3 x 4 x 4 x 16, full": _axonn(
+        "frontier", 768, "gpt-80b", "3,4,4,16", "full"
+    ),
+    "GPT-80B, 1,024 Frontier GCDs, grid 2 x 4 x 4 x 32, symmetric": _axonn(
+        "frontier", 1024, "gpt-80b", "2,4,4,32"
+    ),
 }
+
+# `axsim search` (rank, screen, simulate the top 10) in a child of its own: CPU and peak RSS
+SEARCHES: dict[str, list[str]] = {
+    "axsim search, GPT-320B, 32,768 Frontier GCDs": [
+        "--machine",
+        "frontier",
+        "--gpus",
+        "32768",
+        "--model",
+        "gpt-320b",
+    ],
+}
+
+# (case, reference, target): CPU-s of the case over its reference's, measured in one run
+RATIOS: list[tuple[str, str, float | None]] = [
+    (
+        "GPT-80B, 256 Perlmutter GPUs, one straggler",
+        "GPT-80B, 256 Perlmutter GPUs, symmetric",
+        None,
+    ),
+    (
+        "GPT-80B, 1,024 Perlmutter GPUs, one straggler",
+        "GPT-80B, 1,024 Perlmutter GPUs, symmetric",
+        5.0,
+    ),
+    (
+        "GPT-80B, 1,024 Perlmutter GPUs, two stragglers",
+        "GPT-80B, 1,024 Perlmutter GPUs, symmetric",
+        10.0,
+    ),
+    (
+        "GPT-80B, 1,024 Perlmutter GPUs, half the nodes A40",
+        "GPT-80B, 1,024 Perlmutter GPUs, symmetric",
+        None,
+    ),
+    (
+        "GPT-80B, 1,024 Perlmutter GPUs, auto (lockstep)",
+        "GPT-80B, 1,024 Perlmutter GPUs, symmetric",
+        2.0,
+    ),
+    (
+        "GPT-80B, 768 Frontier GCDs, grid 3 x 4 x 4 x 16, auto",
+        "GPT-80B, 1,024 Frontier GCDs, grid 2 x 4 x 4 x 32, symmetric",
+        None,
+    ),
+    (
+        "GPT-80B, 768 Frontier GCDs, grid 3 x 4 x 4 x 16, full",
+        "GPT-80B, 768 Frontier GCDs, grid 3 x 4 x 4 x 16, auto",
+        None,
+    ),
+]
 
 CHILD = """
 import json, resource, sys, time
@@ -110,6 +210,23 @@ print(json.dumps({
 """
 
 
+SEARCH_CHILD = """
+import json, resource, sys, time
+from simulator.cli import main
+c0, w0 = time.process_time(), time.perf_counter()
+try:
+    main(["search", *json.loads(sys.argv[1]), "--json"])
+except SystemExit:
+    pass
+cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({
+    "cpu_s": cpu, "wall_s": wall, "user_s": u.ru_utime, "system_s": u.ru_stime,
+    "peak_rss_bytes": u.ru_maxrss * 1024,
+}))
+"""
+
+
 def raw_simpy_cpu_rate(events: int = 400_000) -> float:
     """Events per CPU-second of a bare simpy loop (the engine's reference loop)."""
     from simulator.engine.reference import raw_simpy_rate
@@ -121,11 +238,13 @@ def _env(tree: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
 
 
-def run_case(tree: Path, overrides: list[str], timeout_s: float) -> dict[str, object]:
+def run_case(
+    tree: Path, overrides: list[str], timeout_s: float, child: str = CHILD
+) -> dict[str, object]:
     """One case in a fresh interpreter importing the simulator from `tree`."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, json.dumps(overrides)],
+            [sys.executable, "-c", child, json.dumps(overrides)],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -155,16 +274,52 @@ def startup_cpu_s(tree: Path) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """`RATIOS` per tree and round from the rows of this run (pairs both measured)."""
+    cpu = {
+        (r["round"], r["tree"], r["case"]): float(r["cpu_s"])  # type: ignore[arg-type]
+        for r in rows
+        if "cpu_s" in r
+    }
+    out: list[dict[str, object]] = []
+    for (rnd, tree, case), value in cpu.items():
+        for name, ref, target in RATIOS:
+            if case != name or (rnd, tree, ref) not in cpu:
+                continue
+            got = value / cpu[(rnd, tree, ref)]
+            out.append(
+                {
+                    "round": rnd,
+                    "tree": tree,
+                    "ratio": f"{name} / {ref}",
+                    "cpu_ratio": got,
+                    "target": target,
+                    "met": None if target is None else got <= target,
+                }
+            )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=None, help="cases whose name contains this text")
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        help="cases whose name contains this text (repeatable)",
+    )
     ap.add_argument("--tree", action="append", default=None, help="source tree (repeatable)")
     ap.add_argument("--repeat", type=int, default=1, help="rounds of the alternation")
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--out", default="distinct-work.json")
     args = ap.parse_args()
     trees = [Path(t).resolve() for t in (args.tree or [str(ROOT)])]
-    cases = {n: o for n, o in CASES.items() if args.only is None or args.only.lower() in n.lower()}
+    chosen = {**CASES, **SEARCHES}
+    cases = {
+        n: o
+        for n, o in chosen.items()
+        if args.only is None or any(t.lower() in n.lower() for t in args.only)
+    }
     rows: list[dict[str, object]] = []
     for rnd in range(args.repeat):
         for tree in trees:
@@ -178,7 +333,8 @@ def main() -> int:
             for tree in trees:  # alternate the trees case by case
                 before = raw_simpy_cpu_rate()
                 row = {"round": rnd, "tree": str(tree), "case": name}
-                row.update(run_case(tree, overrides, args.timeout))
+                child = SEARCH_CHILD if name in SEARCHES else CHILD
+                row.update(run_case(tree, overrides, args.timeout, child))
                 # the machine is shared: calibrate on both sides of the case and use the
                 # mean, so one disturbed calibration moves the unit by half as much
                 after = raw_simpy_cpu_rate()
@@ -188,6 +344,9 @@ def main() -> int:
                     row["equivalents_M"] = float(row["cpu_s"]) * rate / 1e6  # type: ignore[arg-type]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+    for ratio in ratios(rows):
+        rows.append(ratio)
+        print(json.dumps(ratio), flush=True)
     Path(args.out).write_text(json.dumps(rows, indent=2))
     print(f"written {args.out}")
     return 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from simulator.config import ClusterConfig, ExperimentConfig
+import numpy as np
+
+from simulator.config import ClusterConfig, ExperimentConfig, check_node_gpus
 from simulator.cost.calibration import Calibration
 from simulator.cost.interference import HardwareQueues
 from simulator.cost.model import CostModel, KernelTimer
@@ -10,7 +12,7 @@ from simulator.cost.terms import Interference
 from simulator.errors import ConfigError
 from simulator.network.params import NetworkParams, network_params_for
 from simulator.network.pricing import CollectivePricer
-from topologies.hardware import gpu_spec
+from topologies.hardware import GpuSpec, gpu_spec
 from topologies.types import Topology
 
 
@@ -20,7 +22,9 @@ def build_topology(cluster: ClusterConfig) -> Topology:
         from topologies.custom import load_custom_topology
 
         assert cluster.topology_file is not None
-        return load_custom_topology(cluster.topology_file)
+        topology = load_custom_topology(cluster.topology_file)
+        _check_custom_size(cluster, topology)
+        return topology
     from topologies.machines import build_machine
 
     nodes = cluster.num_nodes
@@ -37,6 +41,20 @@ def build_topology(cluster: ClusterConfig) -> Topology:
         routing=cluster.routing,
         gpudirect_rdma=cluster.gpudirect_rdma,
     )
+
+
+def _check_custom_size(cluster: ClusterConfig, topology: Topology) -> None:
+    """A run may use part of a custom topology, never more GPUs or nodes than the file
+    has (8 ranks on a 4-GPU file indexed past its GPU table: IndexError)."""
+    where = f"the custom topology {cluster.topology_file}"
+    if cluster.gpus is not None and cluster.gpus > topology.num_gpus:
+        raise ConfigError(f"cluster.gpus={cluster.gpus}: {where} has {topology.num_gpus} GPUs")
+    nodes = topology.metadata.get("nodes")
+    if cluster.nodes is not None and isinstance(nodes, int) and cluster.nodes != nodes:
+        raise ConfigError(
+            f"cluster.nodes={cluster.nodes}: {where} has {nodes} nodes (give cluster.gpus to "
+            "use part of it)"
+        )
 
 
 def build_cost_model(
@@ -73,3 +91,32 @@ def build_cost_model(
         overlap_slowdown=slowdown,
         queues=queues,
     )
+
+
+def build_gpu_mix(
+    cluster: ClusterConfig, topology: Topology, gpu: GpuSpec
+) -> tuple[np.ndarray | None, list[GpuSpec]]:
+    """Per GPU index the code of its type (0: `gpu`, the run's; k: the k-th of the list
+    returned, the others `cluster.node_gpus` names, in order of first appearance), or
+    (None, []) where every GPU is the run's type."""
+    if not cluster.node_gpus:
+        return None, []
+    node = topology.devices.node[topology.gpus].astype(np.int64)
+    nodes = int(node.max(initial=-1)) + 1
+    try:
+        check_node_gpus(cluster.node_gpus, nodes)
+    except ValueError as e:
+        raise ConfigError(f"cluster.{e}") from None
+    types = [gpu]
+    code_of = {gpu.name: 0}
+    per_node = np.zeros(nodes, dtype=np.int64)
+    for run in cluster.node_gpus:
+        code = code_of.get(run.gpu)
+        if code is None:
+            code = code_of[run.gpu] = len(types)
+            types.append(gpu_spec(run.gpu))
+        per_node[run.first_node : run.first_node + run.nodes] = code
+    codes = per_node[node]
+    if not codes.any():
+        return None, []
+    return codes, types[1:]

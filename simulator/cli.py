@@ -13,12 +13,14 @@ stderr and exits with code 2; no traceback.
 
 from __future__ import annotations
 
+import errno
 import sys
 from importlib import import_module
 
 import click
 
 from simulator.errors import SimulatorError
+from simulator.process import GuardedStdout, StdoutError, Terminated, signals_as_exceptions
 from topologies.errors import TopologyError
 from workloads.errors import WorkloadError
 
@@ -118,7 +120,27 @@ def fail(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point."""
+    """Console-script entry point: the command's exit code. SIGTERM and SIGHUP end it
+    like Ctrl-C, through the cleanups (staged outputs removed, worker pools shut down);
+    standard output that is closed or fails (a full device) is one error line and exit 2
+    (a reader that stops reading, a broken pipe: exit 141 quietly, as `head` expects)."""
+    with signals_as_exceptions(), GuardedStdout() as stdout:
+        try:
+            code = _main(argv)
+            stdout.flush()
+        except Terminated as e:
+            print(f"axsim: terminated by signal {e.signum}", file=sys.stderr)
+            return 128 + e.signum
+        except StdoutError as e:
+            stdout.silence()
+            if e.errno == errno.EPIPE:
+                return 141
+            _error(f"cannot write to standard output ({e.strerror})")
+            return 2
+        return code
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         result = app.main(args=argv, prog_name="axsim", standalone_mode=False)
     except click.exceptions.UsageError as e:
@@ -127,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _error(e.format_message())
         return 2
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         print("axsim: aborted", file=sys.stderr)
         return 130
     except click.exceptions.Exit as e:
@@ -143,8 +165,6 @@ def main(argv: list[str] | None = None) -> int:
             _error(f"{e.name} is not installed ({_optional_modules()[e.name]})")
             return 2
         raise
-    except BrokenPipeError:
-        return 0
     return int(result or 0)
 
 

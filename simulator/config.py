@@ -25,7 +25,9 @@ from simulator.errors import ConfigError, SimulatorError
 from topologies.catalogue import machine_preset
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_catalogue
+from topologies.limits import BANDWIDTH_SCALE_RANGE, MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from topologies.machines import MAX_GPUS
+from topologies.user_files import read_user_text
 from topologies.user_model import UserModel, first_error_line
 from topologies.yaml_loader import load_user_yaml, yaml_error_line
 from workloads.errors import WorkloadError
@@ -41,16 +43,27 @@ class Straggler(UserModel):
     slowdown: float = Field(ge=0.01, le=1e4)
 
 
-# Bounds of the bandwidth what-ifs, against typos (like the size bounds below): 1 MB/s is
-# slower than any network a training run has used (10 Mbit Ethernet moves 1.25 MB/s) and
-# 10^6 GB/s is over 500x NVLink 5's 1.8 TB/s per GPU; a scale of 10^-4..10^4 spans the
-# same range for the links inside a node. A bandwidth of 5e-324 GB/s made every collective
-# infinitely long (reported as "no algorithm supports all-reduce").
-MIN_BANDWIDTH_GBPS = 1e-3
-MAX_BANDWIDTH_GBPS = 1e6
-BANDWIDTH_SCALE_RANGE = (1e-4, 1e4)
+class NodeGpus(UserModel):
+    """Nodes whose GPUs are of another type than the machine's (a mixed machine): nodes
+    `first_node` .. `first_node + nodes - 1` carry `gpu`. Their compute (kernel model,
+    launch gaps, interference) and memory are that GPU's; the links stay the machine's
+    (a node of another wiring is a custom topology file)."""
+
+    first_node: int = Field(ge=0, le=MAX_GPUS)
+    nodes: int = Field(gt=0, le=MAX_GPUS)
+    gpu: str
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in gpu_catalogue():
+            raise ValueError(f"unknown GPU '{v}' (known: {', '.join(sorted(gpu_catalogue()))})")
+        return v
 
 
+# Bounds of the bandwidth what-ifs (topologies/limits.py: shared with the topology
+# builders, the CLI flags and custom topology files).
 class ClusterConfig(UserModel):
     """The machine: a preset (or a custom topology file) at a size, plus what-if overrides."""
 
@@ -80,6 +93,7 @@ class ClusterConfig(UserModel):
         ),
     )
     stragglers: tuple[Straggler, ...] = ()
+    node_gpus: tuple[NodeGpus, ...] = ()
 
     @field_validator("machine")
     @classmethod
@@ -122,6 +136,7 @@ class ClusterConfig(UserModel):
             )
         if self.nodes is not None and self.gpus is not None and self.nodes * per_node != self.gpus:
             raise ValueError(f"cluster.nodes={self.nodes} and cluster.gpus={self.gpus} disagree")
+        check_node_gpus(self.node_gpus, self.num_nodes)
         return self
 
     @property
@@ -148,6 +163,26 @@ class ClusterConfig(UserModel):
         if self.gpu:
             return self.gpu
         return machine_preset(self.machine).gpu if self.machine != "custom" else "h100"
+
+
+def check_node_gpus(runs: Sequence[NodeGpus], nodes: int | None) -> None:
+    """ValueError naming the entry when `cluster.node_gpus` runs overlap or (with a node
+    count known) go past the last node."""
+    taken: list[tuple[int, int, int]] = []
+    for i, run in enumerate(runs):
+        end = run.first_node + run.nodes
+        if nodes is not None and end > nodes:
+            raise ValueError(
+                f"node_gpus.{i}: nodes {run.first_node}..{end - 1} go past the "
+                f"machine's {nodes} nodes (0..{nodes - 1})"
+            )
+        for j, a, b in taken:
+            if run.first_node < b and a < end:
+                raise ValueError(
+                    f"node_gpus.{i}: nodes {run.first_node}..{end - 1} overlap "
+                    f"node_gpus.{j} (nodes {a}..{b - 1})"
+                )
+        taken.append((i, run.first_node, end))
 
 
 class ModelConfig(UserModel):
@@ -224,6 +259,13 @@ class TrainingConfig(UserModel):
         default=True,
         description="Fused flash attention; false = Megatron's unfused path (QK^T, softmax, "
         "dropout and PV kernels over the full s x s scores, which are also stored).",
+    )
+    attention_kernel: Literal["fa2", "fa1"] = Field(
+        default="fa2",
+        description="Which fused attention the software calls: fa2 (FlashAttention-2 class: "
+        "flash-attn >= 2, PyTorch SDPA's flash backend, cuDNN / Transformer Engine fused "
+        "attention) or fa1 (flash-attn 1.x and its Triton port, e.g. llm-foundry's "
+        "attn_impl: triton), which runs at half the rate (FlashAttention-2 paper).",
     )
     cross_entropy: Literal["eager", "fused", "vocab-parallel"] | None = Field(
         default=None,
@@ -336,7 +378,7 @@ def read_yaml_file(
     if folder:
         raise error(f"{p}: is a folder, not a {what}")
     try:
-        return load_user_yaml(p.read_text())
+        return load_user_yaml(read_user_text(p))
     except OSError as e:
         raise error(f"{p}: cannot read the {what} ({e.strerror})") from None
     except UnicodeDecodeError:

@@ -9,6 +9,9 @@ from simulator.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB]?)\s*$")
 _BINARY = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+# Largest message a size flag accepts: 1 TiB is over 5x the memory of the largest GPU in
+# the catalogue (192 GB), so a larger "message" is a typo, not a what-if.
+MAX_BYTES = 2**40
 
 
 def parse_bytes(text: str, field: str = "--bytes") -> int:
@@ -17,8 +20,10 @@ def parse_bytes(text: str, field: str = "--bytes") -> int:
     if not m:
         raise ConfigError(f"{field}: cannot read size '{text}' (examples: 1024, 64K, 256M, 1G)")
     value = float(m.group(1)) * _BINARY[m.group(2).lower()]
-    if value <= 0:
-        raise ConfigError(f"{field}: size must be positive, got '{text}'")
+    if not value >= 1:  # '0.4' rounded to 0 bytes and divided by zero in a sweep
+        raise ConfigError(f"{field}: size must be at least 1 byte, got '{text}'")
+    if value > MAX_BYTES:  # also inf: a 400-digit size overflowed round()
+        raise ConfigError(f"{field}: size '{text}' is above {format_bytes(MAX_BYTES)}")
     return round(value)
 
 

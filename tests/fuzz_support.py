@@ -39,6 +39,7 @@ EXAMPLES = {
         "calibration": 8,
         "trace": 10,
         "journal": 8,
+        "names": 6,
     },
     "nightly": {
         "config-set": 3000,
@@ -49,6 +50,7 @@ EXAMPLES = {
         "calibration": 500,
         "trace": 500,
         "journal": 300,
+        "names": 300,
     },
 }
 if PROFILE not in EXAMPLES:

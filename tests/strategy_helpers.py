@@ -35,11 +35,14 @@ def hybrid(
     checkpointing: bool = True,
     spec: TransformerSpec = SPEC,
     gpus_per_node: int = 8,
+    cross_entropy: str | None = None,
 ) -> tuple[HybridSetup, OpGraph]:
     """A validated setup and its OpGraph (`sequences` defaults to one per data rank)."""
     dp = gpus // (tp * pp)
     seqs = sequences if sequences is not None else dp * mbs
-    training = TrainingSetup(seqs * spec.seq_len, activation_checkpointing=checkpointing)
+    training = TrainingSetup(
+        seqs * spec.seq_len, activation_checkpointing=checkpointing, cross_entropy=cross_entropy
+    )
     cluster = ClusterShape(gpus, gpus_per_node, 80e9)
     setup = build_setup(spec, params, training, cluster, Degrees(tp, pp, None), mbs)
     graph = build_hybrid_workload(spec, setup)

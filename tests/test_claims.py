@@ -61,7 +61,11 @@ def test_zeropp_experiment_configs() -> None:
     assert cfg["training"]["batch_tokens"] == 384 * 4 * 2048  # 1,536 sequences
     assert cfg["parallel"]["backward_partition"] == "pair"
     assert zeropp_config(48, "zeropp")["parallel"]["strategy"] == "zeropp"
-    assert zeropp_config(48, "zero3")["parallel"] == {"strategy": "zero3", "granularity": "linear"}
+    assert zeropp_config(48, "zero3")["parallel"] == {"strategy": "deepspeed", "zero_stage": 3}
+    # the library build: the setup's, or a sensitivity point's
+    assert cfg["engine"]["collective_library"] == "RCCL (PCCL runs, 1 GCD per rank)"
+    other = zeropp_config(384, "zeropp", library="RCCL 2.18.6")
+    assert other["engine"]["collective_library"] == "RCCL 2.18.6"
 
 
 def _point(g: int, s: str, tflops: float, program: str) -> dict:  # type: ignore[type-arg]
@@ -81,6 +85,24 @@ def test_zeropp_summary_ratio_efficiency_and_same_program() -> None:
     assert s["ratio"] == pytest.approx(1.8)
     assert s["scaling_efficiency"] == pytest.approx(0.9)
     assert s["same_program_at"] == [384]
+    assert s["zeropp_tflops"] == 50.0 and s["ratio_by_library"] == {}
+    # sensitivity points (another library build) stay out of the claim's numbers
+    extra = [
+        {**_point(384, "zeropp", 10.0, "d"), "library": "x"},
+        {**_point(384, "zeropp-hier", 80.0, "e"), "library": "x"},
+    ]
+    s = zeropp_summary(pts + extra)
+    assert s["ratio"] == pytest.approx(1.8) and s["ratio_by_library"] == {"x": 8.0}
+
+
+def test_an_upper_bound_claim_checks_the_simulated_value_from_above() -> None:
+    from validation.case import CaseResult
+    from validation.claim_cases import claim_cases
+
+    case = next(c for c in claim_cases(stand_in=True) if c.name == "zeropp-frontier-tflops")
+    assert case.bound and case.published == 73.5
+    assert CaseResult(case, 70.0, "").status == "ok"
+    assert CaseResult(case, 80.0, "").status == "outside"
 
 
 def test_optimus_batch_rule() -> None:

@@ -44,8 +44,8 @@ def test_python_api_returns_the_best_simulated() -> None:
         "dgx-h100", 16, "gpt-tiny", ["megatron"], batch_tokens=4096, max_candidates=3
     )
     (o,) = outs
-    assert o.result is not None and 1 <= len(o.tried) <= 3
-    assert o.result.report.iteration_time_s == min(t for _, t in o.tried)
+    assert o.report is not None and 1 <= len(o.tried) <= 3
+    assert o.report.iteration_time_s == min(t for _, t in o.tried)
 
 
 SIM = ["simulate", "--machine", "dgx-h100", "--gpus", "16", "--model", "gpt-tiny"]

@@ -245,9 +245,14 @@ def test_mismatched_collective_order_is_reported_as_deadlock() -> None:
         run(g, build_full_mesh(2, 1e9))
 
 
-def test_symmetric_mode_refused_without_rank_classes() -> None:
+def test_symmetric_mode_without_rank_classes_finds_them() -> None:
+    """A workload that declares no classes gets them by colour refinement (its programs
+    and groups): two ranks of one program are one class, two programs two."""
     ops: list[Op] = [_compute("a", 1)]
     g = graph_of({0: ops, 1: ops}, {}, 2)
-    with pytest.raises(EngineError, match="symmetric mode is not valid"):
-        run(g, build_full_mesh(2, 1e9), mode="symmetric")
-    assert run(g, build_full_mesh(2, 1e9), mode="auto").mode == "full"
+    sym = run(g, build_full_mesh(2, 1e9), mode="symmetric")
+    assert sym.mode == "symmetric" and sym.timeline.ranks == (0,)
+    auto = run(g, build_full_mesh(2, 1e9), mode="auto")
+    assert auto.mode == "symmetric" and auto.iteration_time_s == sym.iteration_time_s
+    other = graph_of({0: ops, 1: [_compute("b", 2)]}, {}, 2)
+    assert run(other, build_full_mesh(2, 1e9), mode="auto").mode == "full"  # 2 of 2 ranks

@@ -254,6 +254,33 @@ def test_custom_topologies(tree: Any, collective: bool) -> None:
             run_cli("topology", ["topology", "custom", "--file", path, "--json"])
 
 
+NAME_TEXT = st.lists(
+    st.sampled_from(
+        [*"ab[]/=: \\", "\x1b", "\x07", "\r", "\t", "\u202e", "[bold]", "[/]", "\x1b[2J"]
+    ),
+    min_size=1,
+    max_size=8,
+).map("".join)
+
+
+@fuzz_settings("names")
+@given(NAME_TEXT, NAME_TEXT, NAME_TEXT)
+def test_names_from_files_are_printed_as_text(name: str, description: str, device: str) -> None:
+    """Rich markup ("[/]" raised MarkupError) and terminal codes in a custom topology's
+    names reach the terminal as text (issue 33)."""
+    tree = json.loads(json.dumps(CUSTOM_TREE))
+    tree["name"], tree["description"] = name, description
+    old = tree["devices"][0]["name"]
+    tree["devices"][0]["name"] = device
+    for link in tree["links"]:
+        for end in ("src", "dst"):
+            link[end] = device if link[end] == old else link[end]
+    with scratch() as d:
+        path = str(_dump(tree, d / "t.yaml"))
+        run = run_cli("names", ["topology", "custom", "--file", path])
+    assert not any(ch in run.out for ch in "\x1b\x07\r\u202e"), run.out
+
+
 @pytest.fixture(scope="module")
 def calibration_tree(tmp_path_factory: pytest.TempPathFactory) -> Any:
     out = tmp_path_factory.mktemp("cal") / "cal.yaml"
@@ -460,7 +487,7 @@ def test_calibrate_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     table = tmp_path / VIDUR.name
     shutil.copyfile(VIDUR, table)
     run = run_cli("flags", ["calibrate", str(table), "-o", "c.yaml", "-o", str(table)])
-    assert run.code == 2 and "--out" in run.err and "one of the inputs" in run.err
+    assert run.code == 2 and "--out" in run.err and "is the input" in run.err
     assert table.read_bytes() == VIDUR.read_bytes()
 
 

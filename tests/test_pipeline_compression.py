@@ -198,13 +198,13 @@ def test_pass_templates_copy_exactly_what_emitting_gives(
 def test_cuts_inside_copies_prove_no_later_and_change_nothing(
     tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The prover cuts at several points of every copy (engine/core.py CUTS_PER_COPY):
+    """The prover cuts at several points of every copy (engine/prover.py CUTS_PER_COPY):
     the same results as cutting at copy starts only, the proof never later (the
     interleaved schedule's long steady unit: strictly earlier)."""
-    from simulator.engine import core
+    from simulator.engine import prover
 
     inside = _run(tmp_path, case)
-    monkeypatch.setattr(core, "CUTS_PER_COPY", 1)
+    monkeypatch.setattr(prover, "CUTS_PER_COPY", 1)
     starts = _run(tmp_path, case)
     assert inside.engine.ops_processed <= starts.engine.ops_processed
     if case == "interleaved":

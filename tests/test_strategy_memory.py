@@ -8,7 +8,7 @@ import pytest
 
 from tests.strategy_helpers import SPEC, hybrid
 from workloads.hybrid.memory import hybrid_memory, max_batch_sequences, stage_memory
-from workloads.hybrid.params import MegatronParallel, ShardedParallel, ZeroppParallel
+from workloads.hybrid.params import MegatronParallel, ShardedParallel
 
 # SPEC: 4 layers, hidden 64, 8 heads, sequence 32, vocabulary 128
 H, S, V, L = 64, 32, 128, 4
@@ -69,14 +69,6 @@ def test_fsdp_memory_by_hand() -> None:
     assert mem.gathered_weights == pytest.approx(2 * (root + 3 * unit))
     eager = hybrid_memory(SPEC, setup).logits
     assert eager == 32 * V * (2 + 12)  # torch's F.cross_entropy on fp32 logits
-
-
-def test_zeropp_hpz_secondary_partition_costs_m_over_node() -> None:
-    base, _ = hybrid(ZeroppParallel(hpz=False), 16, gpus_per_node=8)
-    hpz, _ = hybrid(ZeroppParallel(hpz=True), 16, gpus_per_node=8)
-    weights = L * (64 * 192 + 64 * 64 + 64 * 256 + 256 * 64) + V * H  # sharded weights
-    extra = hybrid_memory(SPEC, hpz).weights - hybrid_memory(SPEC, base).weights
-    assert extra == pytest.approx(2 * weights / 8)
 
 
 def test_pipeline_stages_hold_their_in_flight_microbatches() -> None:

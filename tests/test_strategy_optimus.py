@@ -145,3 +145,51 @@ def test_bad_meshes_name_the_field() -> None:
         optimus_setup(SPEC, OptimusParallel(), training, 6, 2, 2)
     with pytest.raises(WorkloadError, match="multiple of q=2"):
         optimus_setup(SPEC, OptimusParallel(), training, 4, 2, 1)
+
+
+def _rank_rearrange(rank: int, q: int) -> int:
+    """The released code's rank_rearrange (xuqifan897/Optimus summa/arguments.py, commit
+    79c67d8), transcribed: SLURM rank -> the logical rank whose mesh position it serves."""
+    mp = q * q
+    intra, ddp = rank % mp, rank // mp
+    block = intra // 4
+    block_row, block_col = block // (q // 2), block % (q // 2)
+    local = intra - block * 4
+    row, col = block_row * 2 + local // 2, block_col * 2 + local % 2
+    return row * q + col + mp * ddp
+
+
+@pytest.mark.parametrize(("q", "data"), [(4, 1), (8, 1), (4, 2)])
+def test_node_blocks_layout_is_the_released_rank_rearrange(q: int, data: int) -> None:
+    from workloads.optimus.workload import mesh_ranks
+
+    ranks = mesh_ranks(q, data, "node-blocks")
+    served = {_rank_rearrange(r, q): r for r in range(q * q * data)}
+    for rep in range(data):
+        for i in range(q):
+            for j in range(q):
+                assert ranks[rep, i, j] == served[rep * q * q + i * q + j]
+    # every row and every column: 2 GPUs on each of q/2 four-GPU nodes
+    for line in (*ranks[0], *ranks[0].T):
+        assert sorted(Counter(int(r) // 4 for r in line).values()) == [2] * (q // 2)
+    assert (mesh_ranks(q, data, "rows").ravel() == range(q * q * data)).all()
+
+
+def test_node_blocks_needs_four_gpu_nodes_and_an_even_mesh() -> None:
+    from dataclasses import replace
+
+    from workloads.optimus.workload import candidate_optimus_setups
+    from workloads.run import ClusterShape
+
+    params = OptimusParallel(q=3, mesh_layout="node-blocks")
+    training = TrainingSetup(3 * SPEC.seq_len)
+    spec3 = replace(SPEC, hidden=96, heads=6)
+    with pytest.raises(WorkloadError, match=r"mesh_layout=node-blocks.*odd"):
+        optimus_setup(spec3, params, training, 9, 3, 3)
+    with pytest.raises(WorkloadError, match=r"mesh_layout=node-blocks.*4-GPU nodes"):
+        candidate_optimus_setups(
+            SPEC,
+            OptimusParallel(q=2, mesh_layout="node-blocks"),
+            training,
+            ClusterShape(4, 8, 1e12),
+        )

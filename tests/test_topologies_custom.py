@@ -115,8 +115,11 @@ def _mutate(change: str) -> dict[str, Any]:
     [
         ("unknown device", "unknown device 'a.gpu9'"),
         ("dangling", "links.0.dst: Field required"),
-        ("bandwidth", "links.2.bandwidth_GBps: Input should be greater than 0"),
-        ("negative bandwidth", "links.2.bandwidth_GBps: Input should be greater than 0"),
+        ("bandwidth", "links.2.bandwidth_GBps: Input should be greater than or equal to 0.001"),
+        (
+            "negative bandwidth",
+            "links.2.bandwidth_GBps: Input should be greater than or equal to 0.001",
+        ),
         ("nan bandwidth", "links.1.bandwidth_GBps: Input should be a finite number"),
         ("boolean node", "devices.2.node: expected a number, got the boolean true"),
         ("negative latency", "links.3.latency_us: Input should be greater than or equal to 0"),

@@ -16,8 +16,8 @@ Format (YAML shown; JSON with the same structure works, chosen by the `.json` su
       - {src: a.nic0, dst: leaf0, kind: nic, bandwidth_GBps: 50, bidirectional: false}
 
 Device kinds: gpu, nic, switch, cpu. Link kinds: nvlink, xgmi, pcie, c2c, nic, local,
-global. `bandwidth_GBps` is per direction (> 0, finite); `latency_us` defaults to 0.5
-(>= 0); `bidirectional` defaults to true; `node` and `group` are integers >= -1 (a device
+global. `bandwidth_GBps` is per direction (1e-3 to 1e6, topologies/limits.py); `latency_us`
+defaults to 0.5 (0 to 1e6); `bidirectional` defaults to true; `node` and `group` are integers >= -1 (a device
 that is not a switch sits on a node, >= 0); `package_size` is an integer >= 1. Routing:
 widest-shortest single paths (`ShortestPathRouter`).
 
@@ -43,6 +43,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from topologies.errors import TopologyError
 from topologies.hardware import gpu_spec
+from topologies.limits import MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS
 from topologies.routing import ShortestPathRouter
 from topologies.types import (
     DeviceKind,
@@ -53,6 +54,7 @@ from topologies.types import (
     device_kind_code,
     link_kind_code,
 )
+from topologies.user_files import read_user_text
 from topologies.user_model import UserModel, first_error_line
 from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 
@@ -111,8 +113,14 @@ class LinkEntry(UserModel):
     src: str = Field(description="Name of one end (a device of `devices`).")
     dst: str = Field(description="Name of the other end.")
     kind: LinkKind
-    bandwidth_GBps: float = Field(gt=0, description="Per direction, GB/s (10^9 bytes/s).")
-    latency_us: float = Field(DEFAULT_LATENCY_US, ge=0, description="Per hop, microseconds.")
+    bandwidth_GBps: float = Field(
+        ge=MIN_BANDWIDTH_GBPS,
+        le=MAX_BANDWIDTH_GBPS,
+        description="Per direction, GB/s (10^9 bytes/s).",
+    )
+    latency_us: float = Field(
+        DEFAULT_LATENCY_US, ge=0, le=MAX_LATENCY_US, description="Per hop, microseconds."
+    )
     bidirectional: bool = Field(True, description="False: only src -> dst exists.")
 
     _kind = field_validator("kind", mode="before")(_lower_kind)
@@ -217,7 +225,7 @@ def parse_custom_topology(
 
 def _read(path: FilePath, where: str) -> object:
     try:
-        text = path.read_text()
+        text = read_user_text(path)
     except OSError as e:
         raise TopologyError(f"{where}: cannot read custom topology ({e.strerror or e})") from None
     except UnicodeDecodeError:

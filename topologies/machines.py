@@ -32,6 +32,7 @@ from topologies.fabric import Fabric, spec_number
 from topologies.fattree import FatTreeSpec, build_fat_tree
 from topologies.hardware import gpu_spec
 from topologies.host_staging import stage_through_host
+from topologies.limits import BANDWIDTH_SCALE_RANGE, MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from topologies.nodes import NodeTemplate, build_node
 from topologies.routing import MachineRouter
 from topologies.types import (
@@ -98,16 +99,18 @@ def build_machine(
     nic_GBps = (
         preset.nic_bandwidth_GBps
         if nic_bandwidth_GBps is None
-        else _positive("nic_bandwidth_GBps", nic_bandwidth_GBps)
+        else _bounded("nic_bandwidth_GBps", nic_bandwidth_GBps)
     )
     k = (
         preset.nics_per_node
         if nics_per_node is None
         else _positive_int("nics_per_node", nics_per_node)
     )
-    scale = _positive("intra_node_bandwidth_scale", intra_node_bandwidth_scale)
+    scale = _bounded(
+        "intra_node_bandwidth_scale", intra_node_bandwidth_scale, BANDWIDTH_SCALE_RANGE
+    )
     if fabric_link_bandwidth_GBps is not None:
-        _positive("fabric_link_bandwidth_GBps", fabric_link_bandwidth_GBps)
+        _bounded("fabric_link_bandwidth_GBps", fabric_link_bandwidth_GBps)
     where = f"machines.yaml: {preset.name}.fabric"
     nic_latency_s = spec_number(preset.fabric, "nic_latency_us", where, default=1.0) * 1e-6
     template = build_node(preset.node, nics=k, bandwidth_scale=scale)
@@ -174,6 +177,21 @@ def _positive(field: str, value: object) -> float:
     if not (value > 0 and math.isfinite(float(value))):
         raise TopologyError(f"{field} must be positive and finite, got {value!r}")
     return float(value)
+
+
+def _bounded(
+    field: str,
+    value: object,
+    bounds: tuple[float, float] = (MIN_BANDWIDTH_GBPS, MAX_BANDWIDTH_GBPS),
+) -> float:
+    """A positive what-if number inside `bounds` (topologies/limits.py: 1e300 made the
+    max-flow capacity infinite)."""
+    number = _positive(field, value)
+    if not bounds[0] <= number <= bounds[1]:
+        raise TopologyError(
+            f"{field} must be between {bounds[0]:g} and {bounds[1]:g}, got {value!r}"
+        )
+    return number
 
 
 def _build_fabric(

@@ -10,6 +10,7 @@ specs, calibrations) both read user YAML.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
@@ -19,6 +20,34 @@ import yaml
 # and json recurse once per level, and a file nested 5,000 deep exhausted Python's stack
 # (RecursionError). 100 leaves room for any real file and stays far inside the stack.
 MAX_NESTING = 100
+
+
+# Most values a user YAML document may stand for with its aliases expanded. PyYAML builds
+# an alias as a reference to the anchored object, so a 1 KB "billion laughs" document
+# loads at once, and every later step that walks it (validation, json.dumps of a sweep
+# axis, hashing) does the exponential work: 1.1-1.3 GB before a sweep's first row. 2^22
+# is over 10x the values of a custom topology of 65,536 GPUs written out link by link.
+MAX_EXPANDED_VALUES = 1 << 22
+
+
+def expanded_size(node: yaml.Node) -> int:
+    """How many nodes `node` stands for with every alias expanded (each shared node is
+    counted once per reference, computed once per node: linear in the document)."""
+    sizes: dict[int, int] = {}
+
+    def size(n: yaml.Node) -> int:
+        hit = sizes.get(id(n))
+        if hit is not None:
+            return hit
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            total += sum(size(c) for c in n.value)
+        elif isinstance(n, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in n.value)
+        sizes[id(n)] = total
+        return total
+
+    return size(node)
 
 
 class NestingError(ValueError):
@@ -43,6 +72,18 @@ class UniqueKeyLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if node is not None and expanded_size(node) > MAX_EXPANDED_VALUES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"expands to more than {MAX_EXPANDED_VALUES:,} values (aliases repeat "
+                "anchored values: a few lines can stand for billions)",
+                node.start_mark,
+            )
+        return node
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
@@ -60,6 +101,37 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _numbers_without_yaml11_surprises() -> None:
+    """Resolve plain numbers in user YAML as a person reads them (YAML 1.2's core schema).
+
+    YAML 1.1, which PyYAML implements, reads `1:30` as the base-60 integer 90 and `010` as
+    octal 8: `--set cluster.nic_bandwidth_GBps=1:30` silently meant 90 GB/s. Here such
+    text stays a string, so the field's validation refuses it (`1:30`) or reads it in
+    decimal (`010` -> 10); decimal, `0x`/`0b` integers and floats resolve as before."""
+    tags = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+    UniqueKeyLoader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in tags]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    UniqueKeyLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:int",
+        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+        list("-+0123456789"),
+    )
+    UniqueKeyLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?"
+            r"|\.[0-9_]+(?:[eE][-+][0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        list("-+0123456789."),
+    )
+
+
+_numbers_without_yaml11_surprises()
 
 
 PACKAGED_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -50,6 +50,8 @@ from simulator.cost.calibration import (
     save_calibration,
 )
 from topologies.catalogue import machine_preset
+from topologies.user_files import MAX_USER_FILE_BYTES, check_regular
+from validation.calibrate_bounds import check_collective_tables, check_gemm_rates, check_streams
 from validation.calibrate_comm import (
     CalibrationError,
     Sweep,
@@ -94,6 +96,7 @@ from validation.measured import MeasuredRun, iteration_time_s, load_run
 from validation.simulate_run import simulate_torch4d
 from validation.torch4d.config import RunSpec
 from validation.trace.model import ParsedTrace
+from validation.trace.reader import MAX_TRACE_FILE_BYTES
 from workloads.ops import CollectiveKind
 
 __all__ = [
@@ -131,8 +134,15 @@ def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
             raise CalibrationError(f"{str(p)[:200]}: {e.strerror or e}") from None
         if not found:
             raise CalibrationError(f"{p}: no such file or directory")
-        files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else [p]
+        # in a folder, hidden files are not inputs (the marker of an axsim output folder,
+        # simulator/outputs/staging.py, is JSON but no trace)
+        files = (
+            sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            if p.is_dir()
+            else [p]
+        )
         for f in files:
+            _check_input_file(f)
             if f.name == "run.json":
                 run_json[f.parent] = f
             elif f.suffix == ".csv":
@@ -161,6 +171,17 @@ def collect_inputs(paths: Sequence[str | Path]) -> CalibrationInputs:
             "nccl-tests logs found"
         )
     return out
+
+
+def _check_input_file(f: Path) -> None:
+    """An input is a regular file within its reader's bound (a FIFO blocked the reader,
+    /dev/zero never ended): traces are streamed (validation/trace/reader.py), every other
+    input is read whole (topologies/user_files.py)."""
+    limit = MAX_TRACE_FILE_BYTES if f.name.endswith(TRACE_SUFFIXES) else MAX_USER_FILE_BYTES
+    try:
+        check_regular(f, limit)
+    except OSError as e:
+        raise CalibrationError(f"{f}: cannot read ({e.strerror or e})") from None
 
 
 @dataclass
@@ -380,10 +401,14 @@ def calibrate(
         refs.append(TraceRef(path=str(csv_path), sha256=_sha256(csv_path), samples=samples))
     for files, run_json in inputs.runs:
         run = load_run(files, run_json, gpu)
+        for trace in run.traces.values():  # the impossible is refused, not fitted
+            check_streams(trace)
         ev = evidence[run.gpu]
         ev.runs.append(run)
         ev.traces += list(run.traces.values())
-        for key, values in gemm_samples(run.traces.values()).items():
+        gemms = gemm_samples(run.traces.values())
+        check_gemm_rates(run.gpu, gemms, ", ".join(str(f) for f in files[:1]))
+        for key, values in gemms.items():
             ev.gemm[key] += values
         overhead, gloo = 0.0, host_terms and run.backend == "gloo"
         if run.gpu == "cpu":
@@ -402,6 +427,8 @@ def calibrate(
     pccl, tests = _log_samples(inputs, opts, refs)
     sweeps += _test_sweeps(tests)
     tables, residuals = build_tables(merge_sweeps(sweeps), tolerance, statistic)
+    for name, found_tables in tables.items():
+        check_collective_tables(name, found_tables)
     notes: dict[str, Any] = {}
     networks = _network_blocks(pccl + tests, opts, notes) if pccl or tests else {}
     gpus: dict[str, GpuCalibration] = {}

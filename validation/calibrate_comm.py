@@ -231,6 +231,7 @@ def build_tables(
         table = CollectiveTable(
             collective=CollectiveKind(kind), tier=tier, group_size=group,
             segments=fit.segments, samples=max(fit.samples, 1),
+            measured_max_bytes=max(p.bytes for p in points),
         )  # fmt: skip
         tables[gpu].append(table)
         residuals[f"{gpu}/{kind}/{tier}/{group}"] = {
@@ -251,7 +252,12 @@ def build_tables(
             for s in sizes
         ]
         tables[gpu].append(
-            CollectiveTable(collective=CollectiveKind(kind), tier=tier, points=tuple(bus))
+            CollectiveTable(
+                collective=CollectiveKind(kind),
+                tier=tier,
+                points=tuple(bus),
+                measured_max_bytes=hi,
+            )
         )
         residuals[f"{gpu}/{kind}/{tier}/any"] = {
             "derived_from_group_size": group,

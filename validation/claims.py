@@ -60,6 +60,7 @@ class ClaimNumber(UserModel):
     tolerance_pct: float | None = None
     tolerance_abs: float | None = None
     at_least: float | None = None
+    at_most: float | None = None  # an upper bound on the simulated value
     missing: str | None = None
 
     @model_validator(mode="after")
@@ -114,12 +115,17 @@ def zeropp_parallel(strategy: str) -> dict[str, Any]:
     return dict(setup_value(ZEROPP, ZEROPP_SETUP_KEYS[strategy]))
 
 
-def zeropp_config(gcds: int, strategy: str, reduced: bool = False) -> dict[str, Any]:
-    """The raw experiment config of one point of the ZeRO++ experiment."""
+def zeropp_config(
+    gcds: int, strategy: str, reduced: bool = False, library: str | None = None
+) -> dict[str, Any]:
+    """The raw experiment config of one point of the ZeRO++ experiment (`library`: a
+    collective library build other than the setup's, for the sensitivity points)."""
     mbs = int(setup_value(ZEROPP, "micro_batch_sequences", reduced))
     model = dict(setup_value(ZEROPP, "model", reduced))
     micro = int(setup_value(ZEROPP, "microbatches"))
     seq = int(model.get("seq_len", 2048))
+    engine = dict(setup_value(ZEROPP, "engine"))
+    engine["collective_library"] = library or setup_value(ZEROPP, "collective_library")
     return {
         "cluster": {"machine": setup_value(ZEROPP, "machine"), "gpus": gcds},
         "model": model,
@@ -130,11 +136,13 @@ def zeropp_config(gcds: int, strategy: str, reduced: bool = False) -> dict[str, 
             "activation_checkpointing": bool(setup_value(ZEROPP, "activation_checkpointing")),
             "flash_attention": bool(setup_value(ZEROPP, "flash_attention")),
         },
-        "engine": dict(setup_value(ZEROPP, "engine")),
+        "engine": engine,
     }
 
 
-def zeropp_point(gcds: int, strategy: str, reduced: bool = False) -> dict[str, Any]:
+def zeropp_point(
+    gcds: int, strategy: str, reduced: bool = False, library: str | None = None
+) -> dict[str, Any]:
     """One simulated point: the report and the program's identity (to tell when two
     strategies ran the same program)."""
     from dataclasses import asdict
@@ -144,7 +152,7 @@ def zeropp_point(gcds: int, strategy: str, reduced: bool = False) -> dict[str, A
     from simulator.search.plans import resolve_hybrid
     from topologies.hardware import gpu_spec
 
-    data = zeropp_config(gcds, strategy, reduced)
+    data = zeropp_config(gcds, strategy, reduced, library)
     cfg = validate_config(data)
     topology = build_topology(cfg.cluster)
     setup = resolve_hybrid(cfg, topology, gpu_spec(cfg.cluster.gpu or topology.gpu_type))
@@ -152,6 +160,7 @@ def zeropp_point(gcds: int, strategy: str, reduced: bool = False) -> dict[str, A
     return {
         "gcds": gcds,
         "strategy": strategy,
+        "library": library,
         "parallel": data["parallel"],
         "program": program,
         "report": _simulate(data),
@@ -165,23 +174,35 @@ def zeropp_gcds(reduced: bool) -> list[int]:
 
 def zeropp_summary(points: list[dict[str, Any]]) -> dict[str, Any]:
     """Ratio of the hierarchy over ZeRO++ at the largest count, the hierarchy's scaling
-    efficiency from the smallest to the largest, and whether the two strategies ever ran
-    the same program (then the ratio is 1 by construction and says so)."""
-    by = {(p["gcds"], p["strategy"]): p for p in points}
-    counts = sorted({p["gcds"] for p in points})
+    efficiency from the smallest to the largest, ZeRO++'s own TFLOP/s there, whether the
+    two strategies ever ran the same program (then the ratio is 1 by construction and
+    says so), and the ratio under the other library builds (sensitivity points)."""
+    main = [p for p in points if not p.get("library")]
+    by = {(p["gcds"], p["strategy"]): p for p in main}
+    counts = sorted({p["gcds"] for p in main})
     lo, hi = counts[0], counts[-1]
 
     def tflops(g: int, s: str) -> float:
         return float(by[(g, s)]["report"]["tflops_per_gpu"])
 
     same = [g for g in counts if by[(g, "zeropp")]["program"] == by[(g, "zeropp-hier")]["program"]]
+    other: dict[str, dict[str, float]] = {}
+    for p in points:
+        if p.get("library"):
+            other.setdefault(p["library"], {})[p["strategy"]] = float(p["report"]["tflops_per_gpu"])
     return {
         "gcds": counts,
         "ratio": tflops(hi, "zeropp-hier") / tflops(hi, "zeropp"),
         "scaling_efficiency": tflops(hi, "zeropp-hier") / tflops(lo, "zeropp-hier"),
         "zeropp_scaling_efficiency": tflops(hi, "zeropp") / tflops(lo, "zeropp"),
+        "zeropp_tflops": tflops(hi, "zeropp"),
         "same_program_at": same,
         "tflops": {f"{s}@{g}": tflops(g, s) for g in counts for s in ZEROPP_STRATEGIES},
+        "ratio_by_library": {
+            lib: t["zeropp-hier"] / t["zeropp"]
+            for lib, t in other.items()
+            if "zeropp" in t and "zeropp-hier" in t
+        },
     }
 
 
@@ -255,27 +276,55 @@ def optimus_batch(max_batches: dict[str, int], reduced: bool = False) -> int:
 
 
 def optimus_point(
-    strategy: str, reduced: bool = False, deps: dict[str, Any] | None = None
+    strategy: str,
+    reduced: bool = False,
+    deps: dict[str, Any] | None = None,
+    own_max: bool = False,
 ) -> dict[str, Any]:
-    """One iteration of `strategy` at the common batch (from the max-batch tasks)."""
+    """One iteration of `strategy` at the common batch (from the max-batch tasks), or
+    with `own_max` at its own largest batch (the other reading of the speedup, info)."""
     maxima = {r["strategy"]: int(r["max_batch_sequences"]) for r in (deps or {}).values()}
-    batch = optimus_batch(maxima, reduced)
+    batch = maxima[strategy] if own_max else optimus_batch(maxima, reduced)
+    if own_max and strategy == "optimus":
+        batch -= batch % _mesh_q(reduced)
     if batch < 1:
         raise ConfigError(f"no batch that is a multiple of q fits both strategies ({maxima})")
     data = optimus_config(strategy, batch, reduced)
-    return {"strategy": strategy, "batch_sequences": batch, "report": _simulate(data)}
+    return {
+        "strategy": strategy,
+        "batch_sequences": batch,
+        "own_max": own_max,
+        "report": _simulate(data),
+    }
 
 
 def optimus_summary(points: list[dict[str, Any]], maxima: list[dict[str, Any]]) -> dict[str, Any]:
-    """Megatron / Optimus iteration time at the common batch; Optimus / Megatron max batch."""
-    t = {p["strategy"]: float(p["report"]["iteration_time_s"]) for p in points}
+    """Megatron / Optimus iteration time at the common batch; Optimus / Megatron max batch;
+    the samples/s ratio with each at its own largest batch (when those points ran)."""
+    common = [p for p in points if not p.get("own_max")]
+    t = {p["strategy"]: float(p["report"]["iteration_time_s"]) for p in common}
     mb = {m["strategy"]: int(m["max_batch_sequences"]) for m in maxima}
+    rate = {
+        p["strategy"]: p["batch_sequences"] / float(p["report"]["iteration_time_s"])
+        for p in points
+        if p.get("own_max")
+    }
     return {
-        "batch_sequences": points[0]["batch_sequences"],
+        "batch_sequences": common[0]["batch_sequences"],
         "speedup": t["megatron"] / t["optimus"],
         "time_s": t,
+        "breakdown": {
+            p["strategy"]: {
+                "compute_s": float(p["report"]["compute_time_s"]),
+                "exposed_comm_s": float(p["report"]["exposed_comm_time_s"]),
+            }
+            for p in common
+        },
         "max_batch": mb,
         "max_batch_ratio": mb["optimus"] / mb["megatron"] if mb["megatron"] else float("inf"),
+        "own_max_throughput_ratio": (
+            rate["optimus"] / rate["megatron"] if {"optimus", "megatron"} <= set(rate) else None
+        ),
     }
 
 

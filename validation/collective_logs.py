@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from topologies.user_files import read_user_bytes, read_user_text
 from validation.calibrate_comm import CalibrationError
 from workloads.ops import CollectiveKind
 
@@ -98,7 +99,7 @@ def is_pccl_csv(path: Path) -> bool:
 def is_nccl_tests(path: Path) -> bool:
     """A nccl-tests / rccl-tests log: a text whose table header names busbw."""
     try:
-        text = path.read_text(errors="replace")
+        text = read_user_bytes(path).decode(errors="replace")
     except OSError:
         return False
     return "busbw" in text
@@ -200,7 +201,7 @@ def read_nccl_tests(
     """Samples of a nccl-tests log on `machine` (ranks / nodes / kind when the log lacks
     them); CalibrationError naming the file for anything missing or malformed."""
     try:
-        text = path.read_text()
+        text = read_user_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise CalibrationError(f"{path}: cannot read ({exc})") from None
     lines = [_PREFIX.sub("", line) for line in text.splitlines()]

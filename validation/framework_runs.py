@@ -60,6 +60,19 @@ def _overrides(run: dict[str, Any]) -> list[str]:
     return out
 
 
+def framework_of(run: dict[str, Any]) -> str:
+    """The software a run used, for the summary by framework."""
+    par = run["parallel"]
+    strategy = par["strategy"]
+    if strategy == "fsdp":
+        return "FSDP2 (torchtitan)" if par.get("fsdp_version") == 2 else "FSDP1 (llm-foundry)"
+    if strategy == "deepspeed":
+        return "DeepSpeed ZeRO-3" if par.get("zero_stage") == 3 else "DeepSpeed pipeline"
+    if strategy == "megatron":
+        return "Megatron-Core"
+    return str(strategy)
+
+
 def megatron_tflops(cfg: Any, iteration_s: float, gpus: int) -> float:
     """The Megatron / BigScience hardware TFLOP/s (with activation recompute) per GPU:
     96 B s l h^2 (1 + s/6h + V/16lh) per iteration (Narayanan et al. 2021, Eq. 3)."""
@@ -74,6 +87,7 @@ def run_one(run: dict[str, Any]) -> RunResult:
     """Simulate one published run."""
     from simulator.api import simulate
     from simulator.config import load_config
+    from workloads.models import model_flops_per_iteration
 
     seq = load_config(None, _overrides(run)).model.spec().seq_len
     cfg = load_config(
@@ -87,6 +101,10 @@ def run_one(run: dict[str, Any]) -> RunResult:
         pred = r.batch_tokens / r.iteration_time_s / gpus
     elif metric == "iteration_s":
         pred = r.iteration_time_s
+    elif metric == "tflops_per_gpu_model":
+        tokens = cfg.training.batch_tokens
+        flops = model_flops_per_iteration(cfg.model.spec(), tokens, recompute=False)
+        pred = flops / r.iteration_time_s / gpus / 1e12
     else:
         pred = megatron_tflops(cfg, r.iteration_time_s, gpus)
     return RunResult(
@@ -133,6 +151,15 @@ def main() -> None:
             f"{sum(errs) / len(errs):+.1f}%, too fast {sum(e > 0 for e in errs)} of {len(errs)}",
             file=sys.stderr,
         )
+        by: dict[str, list[float]] = {}
+        for run, res in zip(runs, rows, strict=True):
+            by.setdefault(framework_of(run), []).append(res.error_pct)
+        for name, e in by.items():
+            print(
+                f"  {name:22s} {len(e):2d} runs: mean |error| {sum(map(abs, e)) / len(e):5.1f}%, "
+                f"mean error {sum(e) / len(e):+6.1f}%, too fast {sum(x > 0 for x in e)}",
+                file=sys.stderr,
+            )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.writer(f)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import ConfigError
+from topologies.user_files import read_user_text
 from topologies.yaml_loader import NestingError, load_user_json
 from validation.torch4d.config import Grid, ModelDims, Overlap, RunSpec
 from workloads.axonn.grid import axonn_groups
@@ -326,7 +327,7 @@ def load_run_json(path: str | Path) -> dict[str, Any]:
     """Read a torch4d run.json; ConfigError naming the file when it cannot be used."""
     p = Path(path)
     try:
-        data = load_user_json(p.read_text())
+        data = load_user_json(read_user_text(p))
     except NestingError as exc:
         raise ConfigError(f"{p}: not valid JSON ({exc})") from None
     except OSError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from workloads.loss import PEAK_EXTRA_BYTES
 from workloads.transformer import BlockShape
 
 RUNTIME_RESERVE_BYTES = 2.0e9  # CUDA context + NCCL buffers (assumption; the upper bound)
@@ -24,16 +25,9 @@ RUNTIME_RESERVE_LOW_BYTES = 0.5e9
 LOGIT_BYTES_PER_ELEM_EXTRA = (
     12  # fp32 upcast, fp32 softmax and its fp32 gradient beside bf16 logits
 )
-# Peak bytes per logit element beyond the bf16 logits, by loss kernel:
-# - eager: F.cross_entropy(logits.float()): the fp32 copy and log_softmax's saved fp32
-#   output in forward, in backward the saved output, the incoming gradient and
-#   log_softmax's gradient, all fp32 (12);
-# - fused: a fused kernel that writes the gradient into the logits in place (flash-attn's
-#   CrossEntropyLoss with inplace_backward, llm-foundry's fused_crossentropy): an fp32
-#   log-sum-exp per token only (0);
-# - vocab-parallel: Megatron's vocab_parallel_cross_entropy: one fp32 buffer (the logits
-#   cast, turned into the softmax in place and into the gradient in place) (4).
-CROSS_ENTROPY_EXTRA_BYTES = {"eager": 12.0, "fused": 0.0, "vocab-parallel": 4.0}
+# Peak bytes per logit element beyond the bf16 logits, by loss kernel: workloads/loss.py,
+# with the same implementations' kernels (one place for the loss).
+CROSS_ENTROPY_EXTRA_BYTES = PEAK_EXTRA_BYTES
 FRAGMENTATION_FRACTION = 0.10  # caching-allocator slack on short-lived tensors (assumption)
 
 

@@ -108,6 +108,11 @@ class CollectiveOp:
     algorithm: str | None = None  # force an algorithm; None = the config's selection
     phase: str = ""
     dtype_bytes: int = 2
+    # SMs (CUs) the collective's kernels hold while it runs, where the software fixes them
+    # (Transformer Engine's userbuffers: num_sm for pipeline / bulk kernels, 0 for copy-
+    # engine transfers); None: the collective library's own launch rule (NCCL channels,
+    # simulator/cost/interference.py)
+    sms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from simulator.outputs.staging import atomic_write_text
 from simulator.outputs.versions import stamp
 
 
@@ -58,7 +59,12 @@ def register(app: click.Group) -> None:
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise click.BadParameter(f"{out_file}: cannot write a file there", param_hint="--out")
         result = run_bench(cases, show)
-        Path(out_file).write_text(json.dumps(stamp(dict(result)), indent=2))
+        try:  # renamed into place: an interrupted write leaves the previous file whole
+            atomic_write_text(out_file, json.dumps(stamp(dict(result)), indent=2))
+        except OSError as e:
+            raise click.BadParameter(
+                f"{out_file}: cannot write ({e.strerror})", param_hint="--out"
+            ) from None
         table = Table(
             title=f"axsim bench (raw simpy: {result['raw_simpy_events_per_s']:,.0f} events/s)"
         )

@@ -7,7 +7,12 @@ from typing import Any
 
 import click
 
-from simulator.commands.params import ALGORITHM_HELP, NETWORK_HELP, POSITIVE, FiniteFloat
+from simulator.commands.params import (
+    ALGORITHM_HELP,
+    BANDWIDTH_GBPS,
+    NETWORK_HELP,
+    FiniteFloat,
+)
 from simulator.network.schedules import ALGORITHMS
 from simulator.outputs.versions import stamp
 from simulator.units import format_bytes, parse_size_sweep
@@ -121,7 +126,9 @@ def register(app: click.Group) -> None:
         "NCCL_NET_GDR_LEVEL=PHB (topologies/host_staging.py).",
     )
     @click.option("--nics-per-node", type=int, default=None, help="What-if: NICs per node.")
-    @click.option("--nic-bandwidth", type=POSITIVE, default=None, help="What-if: GB/s per NIC.")
+    @click.option(
+        "--nic-bandwidth", type=BANDWIDTH_GBPS, default=None, help="What-if: GB/s per NIC."
+    )
     @click.option(
         "--calibration", type=click.Path(), default=None, help="Calibration file (network tables)."
     )
@@ -210,10 +217,10 @@ def register(app: click.Group) -> None:
             return
         from rich.table import Table
 
-        from simulator.outputs.render import stdout_console
+        from simulator.outputs.render import markup_safe, stdout_console
 
         table = Table(
-            title=f"{op} on {topo.name}: group {group}, "
+            title=f"{op} on {markup_safe(topo.name)}: group {group}, "
             + (f"{per_node} per node" if per_node else f"stride {placement}")
             + f", {rows[0].instances} instance(s), {network}"
         )

@@ -50,14 +50,14 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
     for col in heads:
         table.add_column(col, justify="left" if col in (heads[0], heads[-1]) else "right")
     for o, sp in zip(outcomes, speedups(outcomes), strict=True):
-        if o.result is None:
+        if o.report is None:
             table.add_row(o.strategy, "skipped", *["-"] * 6, "see below")
             continue
         if o.same_program_as:
             what = f"same program as {o.same_program_as}: {_config_text(o)}"
             table.add_row(o.strategy, f"= {o.same_program_as}", *["-"] * 6, escape(what))
             continue
-        r = o.result.report
+        r = o.report
         table.add_row(
             o.strategy,
             format_seconds(r.iteration_time_s),
@@ -75,7 +75,7 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
         console.print(f"[yellow]batch:[/] {escape(note)}")
     console.print(table)
     for o in outcomes:
-        if o.result is None:
+        if o.report is None:
             console.print(f"[yellow]{o.strategy} skipped:[/] {escape(o.note or 'no result')}")
     wall = sum(o.wall_time_s for o in outcomes)
     tried = sum(len(o.tried) for o in outcomes)

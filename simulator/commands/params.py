@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from topologies.limits import BANDWIDTH_SCALE_RANGE, MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
+
 
 class FiniteFloat(click.FloatRange):
     """A finite float, optionally within [min, max] (or open bounds with min_open/max_open)."""
@@ -41,6 +43,9 @@ ALGORITHM_HELP = (
 
 POSITIVE = FiniteFloat(min=0.0, min_open=True)
 NON_NEGATIVE = FiniteFloat(min=0.0)
+# what-if bandwidths and scales, in the bounds every reader shares (topologies/limits.py)
+BANDWIDTH_GBPS = FiniteFloat(min=MIN_BANDWIDTH_GBPS, max=MAX_BANDWIDTH_GBPS)
+BANDWIDTH_SCALE = FiniteFloat(min=BANDWIDTH_SCALE_RANGE[0], max=BANDWIDTH_SCALE_RANGE[1])
 
 
 def network_option() -> Any:

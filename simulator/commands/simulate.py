@@ -11,6 +11,7 @@ from simulator.commands.params import ENGINE_HELP, calibration_option, network_o
 from simulator.config import ExperimentConfig, load_config
 from simulator.errors import ConfigError
 from simulator.outputs.memory_verdict import MemoryVerdict, describe
+from topologies.machines import MAX_GPUS
 from workloads.axonn.params import Grid
 from workloads.strategies import STRATEGY_NAMES
 
@@ -117,6 +118,12 @@ def register(app: click.Group) -> None:
         help="Write report, config.resolved.yaml, timeline, links and a Perfetto trace here.",
     )
     @click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace the --out folder of an earlier run (it is replaced whole, once the "
+        "new outputs are complete).",
+    )
+    @click.option(
         "--trace-ranks",
         default=None,
         help="Ranks in the traces and timeline (e.g. 0-7,64 or all; default: the first 8, "
@@ -170,6 +177,7 @@ def register(app: click.Group) -> None:
         network: str | None,
         calibration: str | None,
         out_dir: str | None,
+        overwrite: bool,
         trace_ranks: str | None,
         gzip_traces: bool,
         chakra: bool,
@@ -179,8 +187,9 @@ def register(app: click.Group) -> None:
         progress: bool,
     ) -> None:
         """Simulate one training iteration (no arguments: GPT-80B on 1,024 Perlmutter GPUs)."""
-        from simulator.outputs.files import make_out_dir, parse_trace_ranks, write_outputs
+        from simulator.outputs.files import parse_trace_ranks, write_outputs
         from simulator.outputs.render import progress_bar, render_report
+        from simulator.outputs.staging import check_out_folder, staged_folder
         from simulator.search.automatic import simulate_best_of
 
         flags = flag_overrides(
@@ -197,18 +206,21 @@ def register(app: click.Group) -> None:
         if out_dir:  # traces and timeline.csv show every microbatch
             flags.append("engine.virtual_microbatches=false")
         cfg = resolve_config(config, strategy, flags, sets)
+        if overwrite and not out_dir:
+            raise ConfigError("--overwrite replaces the --out folder; give --out DIR")
         if out_dir:  # before the simulation, which may take minutes
-            make_out_dir(out_dir)
-            parse_trace_ranks(trace_ranks, cfg.cluster.num_gpus or 1 << 62)
+            check_out_folder(out_dir, overwrite=overwrite)
+            parse_trace_ranks(trace_ranks, cfg.cluster.num_gpus or MAX_GPUS)
         with progress_bar(progress) as bar:
             # without a grid, the static choice's best few are simulated, the fastest kept
             result = simulate_best_of(cfg, progress=bar)
         report = result.report
         if out_dir:
             ranks = parse_trace_ranks(trace_ranks, result.engine.timeline.world_size)
-            write_outputs(
-                result, out_dir, ranks, gzip=gzip_traces, chakra=chakra, pictures=pictures
-            )
+            with staged_folder(out_dir, "simulate", overwrite=overwrite) as stage:
+                write_outputs(
+                    result, stage, ranks, gzip=gzip_traces, chakra=chakra, pictures=pictures
+                )
         if as_json:
             click.echo(json.dumps(report.to_json(), default=str))
         else:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from simulator.commands.params import POSITIVE
+from simulator.commands.params import FiniteFloat
 from simulator.sweep import Progress
 
 
@@ -72,7 +72,8 @@ def register(app: click.Group) -> None:
     )
     @click.option(
         "--dask-timeout",
-        type=POSITIVE,
+        # a day at most: a larger wait is a typo (1e308 overflowed the thread's deadline)
+        type=FiniteFloat(min=0.0, min_open=True, max=86400.0),
         default=10.0,
         show_default=True,
         help="Seconds to wait for --dask-scheduler.",

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from simulator.commands.params import POSITIVE
+from simulator.commands.params import BANDWIDTH_GBPS, BANDWIDTH_SCALE
 from simulator.errors import ConfigError
 from simulator.outputs.versions import stamp
 from topologies.fabric import ROUTING_POLICIES
@@ -84,10 +84,11 @@ def _num(x: Any, digits: int = 1) -> str:
 def _render(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from simulator.outputs.render import stdout_console
+    from simulator.outputs.render import markup_safe, stdout_console
 
     console = stdout_console()
-    console.print(f"[bold]{summary['name']}[/bold] — {summary['description']}")
+    name, description = markup_safe(summary["name"]), markup_safe(summary["description"])
+    console.print(f"[bold]{name}[/bold] — {description}")
     console.print(
         f"{summary['gpus']:,} GPUs ({summary['gpu_type'] or 'unspecified'}) on {summary['nodes']:,} nodes, "
         f"{'up to ' if not summary['homogeneous_nodes'] else ''}{summary['gpus_per_node']} GPUs and "
@@ -126,7 +127,7 @@ def _render(summary: dict[str, Any]) -> None:
     for r in samples:
         hops = str(r["hops"]) if r["hops"] == r["max_hops"] else f"{r['hops']} (≤{r['max_hops']})"
         routes.add_row(
-            r["label"],
+            markup_safe(r["label"]),
             f"{r['src_gpu']}→{r['dst_gpu']}",
             str(r["paths"]),
             hops,
@@ -136,7 +137,8 @@ def _render(summary: dict[str, Any]) -> None:
         )
     console.print(routes)
     for r in samples:
-        console.print(f"[dim]{r['label']}:[/dim] " + " → ".join(r["path"]), soft_wrap=True)
+        path = " → ".join(markup_safe(p) for p in r["path"])
+        console.print(f"[dim]{markup_safe(r['label'])}:[/dim] {path}", soft_wrap=True)
 
 
 def register(app: click.Group) -> None:
@@ -158,20 +160,20 @@ def register(app: click.Group) -> None:
     @click.option(
         "--nic-bandwidth",
         "nic_bandwidth",
-        type=POSITIVE,
+        type=BANDWIDTH_GBPS,
         default=None,
         metavar="GBPS",
         help="What-if: GB/s per NIC.",
     )
     @click.option(
         "--intra-node-scale",
-        type=POSITIVE,
+        type=BANDWIDTH_SCALE,
         default=None,
         help="What-if: scale every intra-node link.",
     )
     @click.option(
         "--fabric-bandwidth",
-        type=POSITIVE,
+        type=BANDWIDTH_GBPS,
         default=None,
         metavar="GBPS",
         help="What-if: GB/s per switch link.",

@@ -28,9 +28,14 @@ GEMM lookup rules (`GemmIndex.match`); batch and dtype_bytes must match exactly:
 - `interpolation: nearest`: the same with only the nearest such point;
 - `interpolation: exact`: exact points only. Outside the neighbourhood the curve is used.
 
-Collective lookups: segments are sorted and may not overlap; a size below the first or
-above the last segment uses that end segment. Bus-bandwidth points are interpolated
-linearly in log(bytes)-log(busbw) and clamped to the end values.
+Collective lookups: segments are sorted and may not overlap; a size below the first
+segment uses it. Bus-bandwidth points are interpolated linearly in log(bytes)-log(busbw)
+and clamped to the end values. Above `largest_bytes` (the measured maximum, written by the
+calibrator) the table says nothing: the pricer scales its time at that size by the
+network model's own growth (simulator/network/pricing.py), since an end segment fitted on
+few points (a single point is flat) made every larger message as fast as the largest
+measured one (the H100 table from Vidur's CSV: every all-reduce from 64 MiB to 16 GiB in
+322 us).
 
 The file is YAML or JSON (by suffix; SI units named in the fields) with a `provenance`
 block (trace paths and hashes, sample counts, residuals, free extra keys) that a
@@ -61,8 +66,10 @@ from pydantic import (
 
 from simulator.errors import CostModelError
 from simulator.network.protocols import CollectiveModelSpec
+from simulator.outputs.staging import atomic_write_text
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
+from topologies.user_files import read_user_text
 from topologies.user_model import UserModel, first_error_line
 from topologies.yaml_loader import NestingError, load_user_json, load_user_yaml, yaml_error_line
 from workloads.ops import CollectiveKind
@@ -156,6 +163,9 @@ class CollectiveTable(UserModel):
     segments: tuple[AlphaBetaSegment, ...] = ()
     points: tuple[BusBwPoint, ...] = ()
     samples: int | None = Field(default=None, ge=1)
+    # the largest message size measured (the calibrator writes it; segments extend past
+    # it by convention): beyond it the pricer scales the table by the network model
+    measured_max_bytes: float | None = Field(default=None, gt=0)
 
     @field_validator("tier")
     @classmethod
@@ -176,6 +186,15 @@ class CollectiveTable(UserModel):
         if any(b <= a for a, b in itertools.pairwise(sizes)):
             raise ValueError("points must have strictly increasing bytes")
         return self
+
+    @property
+    def largest_bytes(self) -> float:
+        """The largest message size the table speaks for: its measured maximum, else its
+        last point or the end of its last segment."""
+        if self.measured_max_bytes is not None:
+            return self.measured_max_bytes
+        ends = [p.bytes for p in self.points[-1:]] + [s.max_bytes for s in self.segments[-1:]]
+        return max(ends)
 
     def segment_for(self, nbytes: float) -> AlphaBetaSegment | None:
         """The segment covering `nbytes` (end segments beyond the table); None if no segments."""
@@ -404,7 +423,7 @@ def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration file (JSON if it ends in .json, else YAML)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_user_text(p)
     except OSError as exc:
         raise CostModelError(f"calibration file {p}: cannot read ({exc.strerror})") from exc
     except UnicodeDecodeError:
@@ -428,7 +447,7 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
         if p.suffix.lower() == ".json"
         else yaml.safe_dump(data, sort_keys=False)
     )
-    try:
-        p.write_text(text)
+    try:  # a temporary file renamed over `p`: a failed write leaves the old file whole
+        atomic_write_text(p, text)
     except OSError as exc:
-        raise CostModelError(f"calibration file {p}: cannot write ({exc.strerror})") from exc
+        raise CostModelError(f"calibration file {p}: cannot write ({exc.strerror})") from None

@@ -13,10 +13,13 @@ overlap at all, it runs between the compute kernels. Every constant lives in
 data/interference.yaml with its source.
 
 The API other models reuse (Transformer Engine's comm overlap, issue 32, as well):
-- `InterferenceModel.footprint(kind, nbytes, group_size, tier, protocol, seconds)`: the
-  `Footprint` (thread blocks, HBM bytes/s) a collective occupies on each member GPU;
+- `InterferenceModel.footprint(kind, nbytes, group_size, tier, protocol, seconds, sms)`:
+  the `Footprint` (thread blocks, HBM bytes/s) a collective occupies on each member GPU
+  (`sms`: the SMs the software fixes, e.g. Transformer Engine's userbuffers kernels);
 - `InterferenceModel.stretch(op, footprints)`: how many times longer a compute op runs
-  while those footprints are resident (>= 1);
+  while those footprints are resident (>= 1); a GEMM launched with an SM margin
+  (ComputeOp.sm_margin, simulator/cost/sm_share.py) loses nothing to blocks that fit in
+  it, and a persistent GEMM (Hopper's cuBLAS) loses whole rounds of CTAs;
 - `serialised_streams(...)`: the communicator streams that share the compute stream's
   hardware queue, from the runtime's queue assignment and the order the framework creates
   streams in (`StreamSetup`).
@@ -68,6 +71,7 @@ class LibraryParams:
     internal_streams: int
     hbm_bytes_per_received_byte: float
     ring_channels: dict[str, int]
+    p2p_channels: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +110,13 @@ def library_for(vendor: str, machine: str | None = None) -> LibraryParams:
         internal_streams=int(lib["internal_streams"]),
         hbm_bytes_per_received_byte=float(lib["hbm_bytes_per_received_byte"]),
         ring_channels={k: int(v) for k, v in channels.items()},
+        p2p_channels={k: int(v) for k, v in (lib.get("p2p_channels") or channels).items()},
     )
+
+
+def copy_engine_hbm_bytes() -> float:
+    """HBM bytes per received byte of a copy-engine transfer (data/interference.yaml)."""
+    return float(_raw().get("copy_engine_hbm_bytes_per_received_byte", 2.0))
 
 
 def hw_queues(vendor: str) -> int | None:
@@ -150,6 +160,30 @@ def received_bytes(kind: CollectiveKind, buffer_bytes: float, group_size: int) -
 GemmEfficiency = Callable[[int, int, int, int, int], float]
 """efficiency(m, n, k, batch, sm_count) of the kernel model's GEMM curve."""
 
+GemmTiles = Callable[[int, int, int, int], int]
+"""tiles(m, n, k, batch): output tiles of the tile the kernel model's curve picks."""
+
+GemmLaunch = Literal["tiles", "persistent"]
+
+
+def gemm_launch(gpu: str) -> GemmLaunch:
+    """How the GPU's GEMM library launches a large GEMM (data/interference.yaml
+    `gemm_launch`): one block per output tile in waves, or a persistent grid."""
+    got = (_raw().get("gemm_launch") or {}).get(gpu, "tiles")
+    if got not in ("tiles", "persistent"):
+        raise CostModelError(f"{DATA_FILE}: gemm_launch.{gpu} must be tiles or persistent")
+    return "persistent" if got == "persistent" else "tiles"
+
+
+def persistent_rounds(tiles: int, sm_count: int, sms_left: int) -> float:
+    """How many times longer a persistent GEMM (a grid of G = min(tiles, SMs) CTAs, each
+    looping over its share of the tiles, one CTA per SM) runs when only `sms_left` SMs are
+    free at its launch: the first `sms_left` CTAs run their whole share, the others start
+    when they finish, ceil(G / left) rounds instead of ceil(G / SMs) = 1."""
+    g = max(1, min(int(tiles), sm_count))
+    left = max(1, min(sms_left, sm_count))
+    return math.ceil(g / left) / math.ceil(g / sm_count)
+
 
 @dataclass(frozen=True)
 class InterferenceModel:
@@ -159,6 +193,8 @@ class InterferenceModel:
     library: LibraryParams
     hbm_Bps: float  # achievable HBM bandwidth (the kernel model's)
     gemm_efficiency: GemmEfficiency | None = None
+    gemm_tiles: GemmTiles | None = None
+    launch: GemmLaunch = "tiles"
 
     @classmethod
     def for_gpu(
@@ -167,8 +203,10 @@ class InterferenceModel:
         machine: str | None,
         hbm_Bps: float,
         gemm_efficiency: GemmEfficiency | None = None,
+        gemm_tiles: GemmTiles | None = None,
     ) -> InterferenceModel:
-        return cls(gpu, library_for(gpu.vendor, machine), hbm_Bps, gemm_efficiency)
+        lib = library_for(gpu.vendor, machine)
+        return cls(gpu, lib, hbm_Bps, gemm_efficiency, gemm_tiles, gemm_launch(gpu.name))
 
     def footprint(
         self,
@@ -178,16 +216,29 @@ class InterferenceModel:
         tier: str,
         protocol: str,
         seconds: float,
+        sms: int | None = None,
     ) -> Footprint:
-        """What the collective occupies on each member GPU while it runs `seconds`."""
+        """What the collective occupies on each member GPU while it runs `seconds`.
+
+        `sms`: the SMs its kernels hold where the software fixes them instead of the
+        library's channel rule (Transformer Engine's userbuffers, CollectiveOp.sms); 0 is
+        a copy-engine transfer, whose data path reads the source and writes the
+        destination once (`copy_engine_hbm_bytes_per_received_byte`)."""
         p2p = kind is CollectiveKind.SEND_RECV
         if buffer_bytes <= 0 or (group_size <= 1 and not p2p):
             return NO_FOOTPRINT
-        channels = self.library.ring_channels.get(tier, max(self.library.ring_channels.values()))
-        nbytes = nccl_nbytes(kind, buffer_bytes, group_size)
-        blocks = launched_channels(self.library, channels, protocol, nbytes)
         recv = received_bytes(kind, buffer_bytes, max(group_size, 2))
-        hbm = self.library.hbm_bytes_per_received_byte * recv / seconds if seconds > 0 else 0.0
+        per_byte = self.library.hbm_bytes_per_received_byte
+        if sms is not None:
+            blocks = max(0, int(sms))
+            if blocks == 0:
+                per_byte = copy_engine_hbm_bytes()
+        else:
+            tiers = self.library.p2p_channels if p2p else self.library.ring_channels
+            channels = tiers.get(tier, max(tiers.values()))
+            nbytes = nccl_nbytes(kind, buffer_bytes, group_size)
+            blocks = launched_channels(self.library, channels, protocol, nbytes)
+        hbm = per_byte * recv / seconds if seconds > 0 else 0.0
         return Footprint(blocks, hbm)
 
     def stretch(
@@ -215,18 +266,31 @@ class InterferenceModel:
         return sm
 
     def _sm_stretch(self, op: ComputeOp, blocks: int) -> float:
-        """A compute-bound kernel on the SMs `blocks` resident blocks leave."""
-        if blocks <= 0:
+        """A compute-bound kernel on the SMs `blocks` resident blocks leave.
+
+        A GEMM launched with an SM margin (Transformer Engine's set_sm_margin: cuBLASLt
+        told to use N - margin SMs, simulator/cost/sm_share.py) already runs on N - margin
+        SMs, priced by the kernel model: resident blocks that fit in the margin take
+        nothing more from it, only those beyond it do. A persistent GEMM (`launch`) runs
+        G = min(tiles, its SMs) CTAs: with fewer SMs free at its launch the CTAs left
+        over start only when a whole share is done (`persistent_rounds`); a GEMM of one
+        block per tile re-quantises its waves on the SMs left (the curve)."""
+        margin = int(op.sm_margin) if op.kind is ComputeKind.GEMM else 0
+        if blocks <= margin:
             return 1.0
         n = self.gpu.sm_count
-        left = max(n - blocks, math.ceil(n * (1 - MAX_BUSY_SHARE)))
+        width = n - margin  # the SMs the kernel was launched to use
+        floor = math.ceil(n * (1 - MAX_BUSY_SHARE))
+        left = max(n - blocks, floor)
         shape = _gemm_shape(op) if op.kind is ComputeKind.GEMM else None
+        if shape is not None and self.launch == "persistent" and self.gemm_tiles is not None:
+            return persistent_rounds(self.gemm_tiles(*shape), width, left)
         if shape is not None and self.gemm_efficiency is not None:
             m, nn, k, b = shape
-            full = n * self.gemm_efficiency(m, nn, k, b, n)
+            full = width * self.gemm_efficiency(m, nn, k, b, width)
             part = left * self.gemm_efficiency(m, nn, k, b, left)
             return max(1.0, full / part) if part > 0 else 1.0 / (1 - MAX_BUSY_SHARE)
-        return n / left
+        return width / left
 
     def describe(self) -> dict[str, object]:
         """The mechanism's terms (for reports)."""

@@ -20,6 +20,7 @@ import yaml
 
 from simulator.errors import CostModelError
 from topologies.hardware import GpuSpec, gpu_catalogue
+from topologies.user_files import read_user_text
 from topologies.yaml_loader import load_packaged_yaml
 
 DEFAULTS_FILE = "data/kernel_defaults.yaml"
@@ -57,6 +58,7 @@ class KernelParams:
     attention_fwd_fraction: float
     attention_bwd_fraction: float
     sustained_clock_fraction: float = 1.0
+    attention_fa1_ratio: float = 1.0
     gemm_peak_rule: str = ""
     gemm_split_k: tuple[int, ...] = (1,)
 
@@ -87,7 +89,7 @@ def raw_defaults(path: str | None) -> dict[str, Any]:
     else:
         where = path
         try:
-            text = Path(path).read_text()
+            text = read_user_text(path)
         except OSError as exc:
             raise CostModelError(f"kernel defaults {path}: cannot read ({exc.strerror})") from exc
         except UnicodeDecodeError:
@@ -168,6 +170,9 @@ def _params_from_mapping(
         ),
         "attention_fwd_fraction": _positive(attn, "fwd_fraction", f"{where} attention"),
         "attention_bwd_fraction": _positive(attn, "bwd_fraction", f"{where} attention"),
+        "attention_fa1_ratio": _positive(attn, "fa1_rate_ratio", f"{where} attention")
+        if "fa1_rate_ratio" in attn
+        else 1.0,
     }
     fraction, rule = peak or (_positive(d, "gemm_peak_fraction", where), "vendor default")
     tiles, scale = _tiles_and_scales(d, where)

@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from simulator.cost.calibration import Calibration, GemmIndex, GemmMatch, KernelRates
-from simulator.cost.gemm import gemm_efficiency
+from simulator.cost.gemm import best_tile, gemm_efficiency
 from simulator.cost.kernel_params import KernelParams, kernel_params
 from simulator.cost.sm_share import sms_for_gemm
 from simulator.cost.terms import Interference
@@ -52,6 +52,7 @@ from topologies.hardware import GpuSpec, gpu_spec
 from workloads.ops import USERBUFFERS_STREAM_PREFIX, ComputeKind, ComputeOp, Op
 
 OpKey = tuple[ComputeKind, tuple[int, ...], float, float, int, bool, int]
+ATTENTION_KERNELS = ("fa2", "fa1")
 MEMORY_BOUND = frozenset(
     {ComputeKind.ELEMENTWISE, ComputeKind.OPTIMIZER, ComputeKind.MEMCPY, ComputeKind.QUANTIZE}
 )
@@ -92,7 +93,10 @@ class KernelModel:
     """Prices compute ops on one GPU type; satisfies the engine's `KernelTimer` protocol.
 
     `calibration` (optional) overrides the GEMM curve where it has data for this GPU and
-    supplies the overlap slowdown; `params` replaces the packaged defaults (tests, what-ifs).
+    supplies the overlap slowdown; `params` replaces the packaged defaults (tests, what-ifs);
+    `attention_kernel` is the fused attention the run's software calls (`fa2`: the
+    FlashAttention-2 class the fractions describe; `fa1`: the first generation, at the
+    defaults' `fa1_rate_ratio`; a calibration's fitted attention rate stands as fitted).
     """
 
     def __init__(
@@ -102,7 +106,13 @@ class KernelModel:
         calibration: Calibration | None = None,
         params: KernelParams | None = None,
         defaults_path: str | Path | None = None,
+        attention_kernel: str = "fa2",
     ) -> None:
+        if attention_kernel not in ATTENTION_KERNELS:
+            raise CostModelError(
+                f"attention kernel '{attention_kernel}': expected one of {ATTENTION_KERNELS}"
+            )
+        self.attention_kernel = attention_kernel
         self.spec = gpu_spec(gpu) if isinstance(gpu, str) else gpu
         self.params = params if params is not None else kernel_params(self.spec, defaults_path)
         self.calibration = calibration
@@ -202,6 +212,22 @@ class KernelModel:
                 splits=p.gemm_split_k,
             )
         )
+
+    def gemm_tiles(self, m: int, n: int, k: int, batch: int = 1) -> int:
+        """Output tiles of the tile the GEMM curve picks for this shape (a persistent
+        kernel's grid is min(tiles, SMs); simulator/cost/interference.py)."""
+        p = self.params
+        tm, tn = best_tile(
+            m,
+            n,
+            k,
+            batch,
+            sm_count=self.spec.sm_count,
+            tiles=p.gemm_tiles,
+            tile_intensity_knee=p.gemm_tile_intensity_knee,
+            k_ramp=p.gemm_k_ramp,
+        )
+        return max(1, math.ceil(m / tm) * math.ceil(n / tn) * max(batch, 1))
 
     def peak_for_dtype(self, dtype_bytes: int) -> float:
         """P scaled to a dtype's tensor-core rate (fp8/int8, bf16/fp16, fp32/TF32)."""
@@ -320,6 +346,8 @@ class KernelModel:
         rate = self.rates.attention_flops_per_s
         if rate is None:
             frac = p.attention_bwd_fraction if op.phase == "bwd" else p.attention_fwd_fraction
+            if self.attention_kernel == "fa1":
+                frac *= p.attention_fa1_ratio
             rate = self.peak_for_dtype(op.dtype_bytes) * frac
         return max(op.flops / rate, op.bytes / self.hbm_Bps) + self.gemm_fixed_s
 
@@ -423,6 +451,7 @@ class KernelModel:
             "hbm_source": "calibration"
             if r.memory_bandwidth_Bps is not None
             else f"{p.hbm_efficiency:g} x {self.spec.hbm_bandwidth_Bps / 1e9:g} GB/s spec",
+            "attention_kernel": self.attention_kernel,
             "launch_gap_us": self.launch_overhead_s * 1e6,
             "min_kernel_us": self.min_kernel_s * 1e6,
             "interference_compute": None if i is None else i.compute,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from simulator.cost.interference import HardwareQueues, InterferenceModel
 from simulator.cost.terms import Interference
 from simulator.network.params import NetworkParams
@@ -47,13 +49,28 @@ class RooflineKernels:
         return max(t_flops, t_bytes) + self.launch_overhead_s
 
 
+@dataclass(frozen=True)
+class GpuCompute:
+    """The compute pricing of one more GPU type of a mixed machine: its kernel timer and
+    the slowdown of its kernels beside communication."""
+
+    gpu: str
+    kernels: KernelTimer
+    overlap_slowdown: float | Interference = 1.0
+    interference: InterferenceModel | None = None
+
+
 @dataclass
 class CostModel:
     """Kernel timer + collective pricer + network fidelity + how compute and communication
     interfere: the mechanism (`interference`, simulator/cost/interference.py) or, where a
     user or a calibration fixes it, a factor (`overlap_slowdown`: one, or one per kernel
     class); and the runtime's hardware queues (`queues`: which communicator streams run
-    between compute kernels instead of beside them; None: none do)."""
+    between compute kernels instead of beside them; None: none do).
+
+    On a mixed machine (`cluster.node_gpus`) `gpu_mix` gives per GPU index the code of its
+    type: 0 the run's GPU (`kernels`, `overlap_slowdown`, `interference`), k the k-th of
+    `mixed`. The network is priced alike for all (the links are the machine's)."""
 
     kernels: KernelTimer
     pricer: CollectivePricer
@@ -61,6 +78,8 @@ class CostModel:
     overlap_slowdown: float | Interference = 1.0
     interference: InterferenceModel | None = None
     queues: HardwareQueues | None = None
+    mixed: tuple[GpuCompute, ...] = ()
+    gpu_mix: np.ndarray | None = None
 
     @property
     def stretches_overlap(self) -> bool:
@@ -69,6 +88,16 @@ class CostModel:
             return True
         s = self.overlap_slowdown
         return s.active if isinstance(s, Interference) else s != 1.0
+
+    def compute_of(
+        self, code: int
+    ) -> tuple[KernelTimer, float | Interference, InterferenceModel | None]:
+        """(kernel timer, overlap slowdown, interference mechanism) of GPU type code
+        `code` (see `gpu_mix`)."""
+        if code == 0:
+            return self.kernels, self.overlap_slowdown, self.interference
+        m = self.mixed[code - 1]
+        return m.kernels, m.overlap_slowdown, m.interference
 
     @property
     def params(self) -> NetworkParams:

@@ -52,6 +52,7 @@ class CommInfo:
     root: int = 0
     algorithm: str | None = None
     peer: int = -1  # send: destination position; recv: source position
+    sms: int | None = None  # SMs its kernels hold where the software fixes them (CollectiveOp)
 
 
 CommEstimate = Callable[[CommInfo, int], float]
@@ -163,10 +164,10 @@ def compile_program(
             deps[i] = (*op.deps, op.target)  # type: ignore[union-attr]
         if proto is None:
             continue
-        counter, group, ckind, nbytes, root, algorithm, peer = proto
+        counter, group, ckind, nbytes, root, algorithm, peer, sms = proto
         n = counts.get(counter, 0)
         counts[counter] = n + 1
-        comms[i] = CommInfo(group, n, ckind, nbytes, root, algorithm, peer)
+        comms[i] = CommInfo(group, n, ckind, nbytes, root, algorithm, peer, sms)
     serial = _serial_ops(program, kinds, ip.serial)
     if serial:
         _hold_compute(program, kinds, deps, serial)
@@ -249,12 +250,22 @@ def _compile_op(
             op.root,
             op.algorithm,
             -1,
+            op.sms,
         )
         return (COLL, stream, cost, 0, coll)
     if isinstance(op, SendOp | RecvOp):
         direction = "send" if isinstance(op, SendOp) else "recv"
         counter = (op.group, direction, op.peer)
-        proto = (counter, op.group, CollectiveKind.SEND_RECV, float(op.bytes), 0, None, op.peer)
+        proto = (
+            counter,
+            op.group,
+            CollectiveKind.SEND_RECV,
+            float(op.bytes),
+            0,
+            None,
+            op.peer,
+            None,
+        )
         return (SEND if direction == "send" else RECV, stream, cost, 0, proto)
     raise EngineError(f"unknown op type {type(op).__name__}")  # pragma: no cover
 

@@ -31,10 +31,12 @@ import simpy
 from simulator.cost.interference import (
     NO_FOOTPRINT,
     Footprint,
+    InterferenceModel,
     comm_stream_order,
     stream_setup,
 )
 from simulator.cost.model import CostModel
+from simulator.cost.terms import Interference
 from simulator.engine.compiled import (
     COLL,
     PS_PER_S,
@@ -42,30 +44,30 @@ from simulator.engine.compiled import (
     SEND,
     WAIT,
     CommInfo,
+    CompiledProgram,
     Interplay,
     compile_program,
 )
 from simulator.engine.modes import RankView, choose_view
 from simulator.engine.network import (
     Activation,
+    ContentionNetwork,
     NetworkStats,
-    _Call,
     build_network,
-    queued_events,
-    shift_clock,
 )
-from simulator.engine.periodic import Cut, cut_points, host_slack_ok, periods_match, take_cut
+from simulator.engine.prover import Prover, Watch, private_links, rank_components
 from simulator.engine.ranks import Pending as _Pending
 from simulator.engine.ranks import RankState as _Rank
-from simulator.engine.ranks import Warp, wait_for
-from simulator.engine.regions import find_regions
+from simulator.engine.ranks import wait_for
+from simulator.engine.refine import rank_seeds, refine_classes
+from simulator.engine.regions import Region, find_regions
 from simulator.engine.timeline_build import (
     program_columns,
     rank_timeline,
     record_issue,
     text_times,
 )
-from simulator.engine.unroll import RegionRun, Unrolled, ordinal_key
+from simulator.engine.unroll import Unrolled, ordinal_key
 from simulator.errors import EngineError
 from simulator.outputs.timeline import Timeline
 from topologies.positions import node_position_classes
@@ -75,14 +77,6 @@ from workloads.graph import OpGraph, Program
 
 ProgressFn = Callable[[int, int, float], None]
 """progress(ops_done, ops_total, simulated_time_s)."""
-
-CUT_PRIORITY = 3  # after LATE (2): a cut sees the state after every event of its instant
-MAX_PERIOD_COPIES = 2  # periods of 1 or 2 copies are tried (contention may alternate)
-# Cut points per copy of the watched region (evenly spaced body offsets). A period can be
-# proved from any instant after the transient (periodic.py), so cutting inside copies
-# proves it up to a copy earlier than cutting at copy starts only; cuts whose windows are
-# not all inside region copies cost one window scan (take_cut returns None).
-CUTS_PER_COPY = 8
 
 
 class _Launch:
@@ -112,6 +106,11 @@ def split_classes_by_position(
     pairs = np.stack([graph.rank_class, positions[ranks]], axis=1)
     _, split = unique_rows(pairs)  # np.unique(pairs, axis=0)'s inverse, without its sort
     return replace(graph, rank_class=split.astype(np.int64))
+
+
+def _stretches(overlap: float | Interference) -> bool:
+    """Whether compute that overlaps communication is stretched at all."""
+    return overlap.active if isinstance(overlap, Interference) else overlap != 1.0
 
 
 MAX_SIMULATED_DAYS = np.iinfo(np.int64).max / PS_PER_S / 86400
@@ -190,33 +189,60 @@ class Engine:
                 raise EngineError(f"straggler rank {r} is outside 0..{graph.world_size - 1}")
         # a slowdown of exactly 1 changes nothing, so it must not force the full mode
         self.stragglers = {r: f for r, f in (stragglers or {}).items() if f != 1.0}
+        self.placement = self._placement(placement)
+        workload = graph
         if mode != "full" and graph.rank_class is not None:
-            graph = split_classes_by_position(graph, topology, placement)
-            self.graph = graph
-        self.view: RankView = choose_view(graph, mode, bool(self.stragglers))
-        check_simulated_ops(graph, self.view)
+            graph = split_classes_by_position(graph, topology, self.placement)
+
+        def refine() -> np.ndarray:
+            factors = np.ones(workload.world_size)
+            for r, f in self.stragglers.items():
+                factors[r] = f
+            seeds = rank_seeds(workload, topology, self.placement, factors, cost.gpu_mix)
+            return refine_classes(workload, seeds)
+
+        self.view, self.graph = choose_view(graph, mode, self._differences(), refine)
+        check_simulated_ops(self.graph, self.view)
         cost.pricer.tuner = "bottleneck" if cost.network == "alpha-beta" else "shared"
-        if placement is None:
-            if graph.world_size > topology.num_gpus:
-                raise EngineError(
-                    f"the workload has {graph.world_size} ranks but the topology only {topology.num_gpus} GPUs"
-                )
-            placement = np.arange(graph.world_size, dtype=np.int64)
-        self.placement = np.asarray(placement, dtype=np.int64)
-        if self.placement.shape != (graph.world_size,):
-            raise EngineError("placement must map every rank to a GPU")
-        if (
-            self.placement.min() < 0
-            or self.placement.max() >= topology.num_gpus
-            or distinct_count(self.placement) != graph.world_size
-        ):
-            raise EngineError("placement must map ranks to distinct GPUs of the topology")
         self.steady_state = steady_state
         self.progress = progress
         # isolated estimates of each rank's communication ops (overlap, footprints)
         self._estimates: dict[int, dict[tuple[object, ...], float]] = {}
         # per simulated rank, the communicator streams sharing the compute stream's queue
         self.serialised: dict[int, frozenset[str]] = {}
+
+    def _placement(self, placement: np.ndarray | None) -> np.ndarray:
+        """The rank -> GPU index map, checked (default: rank r on GPU r)."""
+        graph, topology = self.graph, self.topology
+        if placement is None:
+            if graph.world_size > topology.num_gpus:
+                raise EngineError(
+                    f"the workload has {graph.world_size} ranks but the topology only {topology.num_gpus} GPUs"
+                )
+            placement = np.arange(graph.world_size, dtype=np.int64)
+        out = np.asarray(placement, dtype=np.int64)
+        if out.shape != (graph.world_size,):
+            raise EngineError("placement must map every rank to a GPU")
+        if (
+            out.min() < 0
+            or out.max() >= topology.num_gpus
+            or distinct_count(out) != graph.world_size
+        ):
+            raise EngineError("placement must map ranks to distinct GPUs of the topology")
+        return out
+
+    def _differences(self) -> str:
+        """What makes some ranks differ on their own ("" when nothing does)."""
+        out = []
+        n = len(self.stragglers)
+        if n:
+            out.append(f"{n} straggler{'s' if n > 1 else ''}")
+        mix = self.cost.gpu_mix
+        if mix is not None:
+            types = distinct_count(mix[self.placement])
+            if types > 1:
+                out.append(f"{types} GPU types")
+        return " and ".join(out)
 
     # ------------------------------------------------------------------- run
     def run(self) -> EngineResult:
@@ -247,30 +273,43 @@ class Engine:
         self.processed = 0
         self.skipped = 0
         self.next_report = 0
-        unrolled: dict[tuple[int, float], Unrolled] = {}
-        durations: dict[object, int] = {}
-        self.ranks: list[_Rank] = []
+        compiled: dict[tuple[int, float, int], tuple[CompiledProgram, list[Region]]] = {}
+        durations: dict[int, dict[object, int]] = {}  # per GPU type code
+        mix = self.cost.gpu_mix
+        keys: list[tuple[int, float, int]] = []
         for rep in self.view.reps.tolist():
             pidx = int(self.graph.rank_program[rep])
             factor = float(self.stragglers.get(rep, 1.0))
-            prog = unrolled.get((pidx, factor))
-            if prog is None:
+            code = 0 if mix is None else int(mix[self.placement[rep]])
+            key = (pidx, factor, code)
+            if key not in compiled:
                 program = self.graph.programs[pidx]
-                interplay = self._interplay(rep, program)
+                kernels, overlap, mech = self.cost.compute_of(code)
+                interplay = self._interplay(rep, program, mech)
                 cp = compile_program(
                     program,
-                    self.cost.kernels,
+                    kernels,
                     factor,
-                    self.cost.overlap_slowdown,
-                    durations,
+                    overlap,
+                    durations.setdefault(code, {}),
                     self._comm_estimator(rep)
-                    if self.cost.stretches_overlap or interplay is not None
+                    if _stretches(overlap) or interplay is not None
                     else None,
                     interplay,
                 )
-                prog = Unrolled(cp, find_regions(program, cp))
+                compiled[key] = (cp, find_regions(program, cp))
+            keys.append(key)
+        parts = self._parts(list(compiled.values()))
+        # ranks of one program share its unrolled lists, within a prover component (a
+        # component skips its copies alone)
+        unrolled: dict[tuple[int, float, int, int], Unrolled] = {}
+        self.ranks: list[_Rank] = []
+        for rep, key, part in zip(self.view.reps.tolist(), keys, parts, strict=True):
+            prog = unrolled.get((*key, part))
+            if prog is None:
+                prog = Unrolled(*compiled[key])
                 prog.work = self.work
-                unrolled[(pidx, factor)] = prog
+                unrolled[(*key, part)] = prog
             n = prog.num_ops
             ns = len(prog.stream_names)
             r = _Rank(
@@ -282,51 +321,83 @@ class Engine:
                 pos=[0] * ns,
                 free=[0] * ns,
                 inflight=[-1] * ns,
+                part=part,
             )
             prog.users.append(r)
             self.ranks.append(r)
         self.ops_total = sum(r.prog.program.represented_ops for r in self.ranks)
-        # the periodic prover watches the first simulated rank's region copies
-        self.watcher = self.ranks[0] if self.steady_state and self.ranks else None
-        self.watch_run: RegionRun | None = None
-        self.watch_points: list[int] = []
-        self.watch_next = 0
-        self.cut_point = 0
-        self.cuts: dict[int, list[Cut]] = {}  # per cut point, the last cuts taken there
-        self.cut_hint = [0]  # the rank a cut last found outside region copies
-        self.cut_at = -1
-        if self.watcher is not None:
-            self._watch_next(None)
+        self.parts = max(parts, default=0) + 1
+        if self.parts > 1 and isinstance(self.net, ContentionNetwork):
+            # components solved apart while their traffic keeps to their own links (with
+            # or without skipping, so that both runs price alike)
+            self.net.by_part = True
+            self.net.private = private_links(self.topology, self.placement, self.view, parts)
+        self.prover: Prover | None = None
+        if self.steady_state and self.ranks:
+            self.prover = Prover(self, self._watches(self.parts))
         self.setup_time_s = time.perf_counter() - t0
 
-    def _interplay(self, rank: int, program: Program) -> Interplay | None:
+    def _parts(self, compiled: list[tuple[CompiledProgram, list[Region]]]) -> list[int]:
+        """Per simulated rank, its prover component (simulator/engine/prover.py): all 0
+        unless the view is refined (ranks differ, or the workload's classes did not fit)
+        and some ranks meet in no collective inside a region (the full mode stays
+        literal: the oracle the refined view is checked against)."""
+        n = self.view.reps.size
+        if not self.view.refined or n < 2:
+            return [0] * n
+        groups = {
+            info.group
+            for cp, regions in compiled
+            for reg in regions
+            for info in cp.comm[reg.start : reg.start + reg.length]
+            if info is not None
+        }
+        return rank_components(self.view, groups)
+
+    def _watches(self, parts: int) -> list[Watch]:
+        """The prover's watches: the whole engine, or one per component."""
+        if parts <= 1:
+            return [Watch(self.ranks, whole=True)]
+        members: list[list[_Rank]] = [[] for _ in range(parts)]
+        for r in self.ranks:
+            members[r.part].append(r)
+        return [Watch(rs, whole=False, part=p) for p, rs in enumerate(members)]
+
+    def _interplay(
+        self, rank: int, program: Program, mech: InterferenceModel | None
+    ) -> Interplay | None:
         """How `rank`'s communication and compute interact on its GPU (see
-        simulator/cost/interference.py): the mechanism's stretch, where no fixed factor
-        replaces it, and the communicator streams the hardware serialises with compute."""
-        cost = self.cost
+        simulator/cost/interference.py): the mechanism's stretch (`mech`, the rank's GPU
+        type's; None where a fixed factor replaces it), and the communicator streams the
+        hardware serialises with compute."""
         serial: frozenset[str] = frozenset()
-        if cost.queues is not None:
+        if self.cost.queues is not None:
             setup = stream_setup(self.graph.metadata)
-            serial = cost.queues.serialised(comm_stream_order(program), setup)
+            serial = self.cost.queues.serialised(comm_stream_order(program), setup)
             if serial:
                 self.serialised[rank] = serial
-        mech = cost.interference
         if mech is None:
             return Interplay(serial=serial) if serial else None
-        return Interplay(self._comm_footprint(rank), mech.stretch, serial)
+        return Interplay(self._comm_footprint(rank, mech), mech.stretch, serial)
 
-    def _comm_footprint(self, rank: int):
+    def _comm_footprint(self, rank: int, mech: InterferenceModel):
         """What each of `rank`'s communication ops occupies on its GPU (the mechanism's
         footprint of the slowest bundle, at its estimated isolated duration)."""
-        mech = self.cost.interference
-        assert mech is not None
         estimate = self._comm_estimator(rank)
         bundles_of = self._comm_bundles(rank)
         pricer = self.cost.pricer
         cache: dict[tuple[object, ...], Footprint] = {}
 
         def load(info: CommInfo, kind: int) -> Footprint:
-            ck = (info.group, info.kind, info.nbytes, info.root, info.algorithm, info.peer)
+            ck = (
+                info.group,
+                info.kind,
+                info.nbytes,
+                info.root,
+                info.algorithm,
+                info.peer,
+                info.sms,
+            )
             got = cache.get(ck)
             if got is None:
                 seconds = estimate(info, kind)
@@ -339,7 +410,7 @@ class Engine:
                     )
                     proto = pricer.plan(b, info.kind, info.nbytes, True).protocol
                     got = mech.footprint(
-                        info.kind, info.nbytes, b.group_size, b.tier, proto, seconds
+                        info.kind, info.nbytes, b.group_size, b.tier, proto, seconds, info.sms
                     )
                 cache[ck] = got
             return got
@@ -400,118 +471,6 @@ class Engine:
         self._check_finished()
         return self._result()
 
-    # ----------------------------------------------------------- periodicity
-    def _watch_next(self, after: RegionRun | None) -> None:
-        """Watch the watcher's next region (after `after`) for copies to compare."""
-        assert self.watcher is not None
-        runs = self.watcher.prog.runs
-        k = 0 if after is None else runs.index(after) + 1
-        self.watch_run = runs[k] if k < len(runs) else None
-        self.watch_points = (
-            cut_points(self.watch_run.length, CUTS_PER_COPY) if self.watch_run else []
-        )
-        self.watch_next = 0  # next cut point: copy * len(watch_points) + point
-        self.cut_point = 0
-        self.cuts = {}
-
-    def _poll(self) -> None:
-        """The watcher advanced: once it has started the op of the next cut point (any
-        copy), cut after every event of this instant."""
-        run = self.watch_run
-        assert run is not None and self.watcher is not None
-        points = self.watch_points
-        k, j = divmod(self.watch_next, len(points))
-        if k >= len(run.copy_starts):
-            if run.copies_left <= 0 and run.done:
-                self._watch_next(run)
-            return
-        start = self.watcher.start
-        if start[run.copy_starts[k] + points[j]] < 0:
-            return
-        while True:  # every point the watcher has passed by now: cut once, as the last
-            self.cut_point = j
-            self.watch_next += 1
-            k, j = divmod(self.watch_next, len(points))
-            if k >= len(run.copy_starts) or start[run.copy_starts[k] + points[j]] < 0:
-                break
-        now = int(self.env.now)
-        if self.cut_at != now:
-            self.cut_at = now
-            self.env.schedule(_Call(self.env, self._cut), CUT_PRIORITY, 0)  # type: ignore[arg-type]
-
-    def _cut(self) -> None:
-        run = self.watch_run
-        if run is None:
-            return
-        cut = take_cut(self, int(self.env.now), self.cut_hint)
-        earlier = self.cuts.get(self.cut_point, [])
-        for back in range(1, MAX_PERIOD_COPIES + 1):
-            if cut is None or back > len(earlier):
-                break  # (None: some rank is outside region copies, no cut matches it)
-            prev = earlier[-back]
-            if not periods_match(prev, cut, back) or not host_slack_ok(self, prev, cut, back):
-                continue
-            copies = min(w.run.copies_left for w in cut.windows if w.run is not None)
-            copies -= copies % back
-            if copies > 0:
-                self._warp(prev, cut, copies, back)
-                self._watch_next(run)
-                return
-        if cut is not None:
-            self.cuts[self.cut_point] = [*earlier[-(MAX_PERIOD_COPIES - 1) :], cut]
-        if run.copies_left <= 0:
-            self._watch_next(run)
-
-    def _warp(self, a: Cut, b: Cut, copies: int, back: int) -> None:
-        """Skip `copies` copies of every rank's region (`copies` / `back` periods of
-        b.time - a.time): shift the state at cut b that much later (see periodic.py)."""
-        periods = copies // back
-        period = b.time - a.time
-        delta = periods * period
-        runs = {id(w.run): w.run for w in b.windows if w.run is not None}
-        for run in runs.values():
-            run.skipped += copies
-        run_of: dict[int, RegionRun] = {}
-        for r, wa, wb in zip(self.ranks, a.windows, b.windows, strict=True):
-            if wb.run is None:
-                continue
-            run_of[id(r)] = wb.run
-            for arr in (r.start, r.end):
-                v = np.frombuffer(arr, dtype=np.int64)[wb.lo : wb.hi]
-                v[v >= 0] += delta
-            for i in [i for i in r.sync if wb.lo <= i < wb.hi]:
-                r.sync[i] += delta
-            r.free = [f + delta for f in r.free]
-            host = copies * wb.run.issue_ps
-            r.ish += host
-            for okey, c in wb.run.counts.items():
-                r.oshift[okey] = r.oshift.get(okey, 0) + copies * c
-            r.warps.append(Warp(wa.lo, wb.lo, periods, period, a.time, b.time, host))
-        pending: dict[tuple[object, ...], _Pending] = {}
-        for key, p in self.pending.items():
-            p.ready += delta
-            r0, i0, _ = p.parts[0]
-            info = r0.prog.comm[i0]
-            assert info is not None
-            extra = copies * run_of[id(r0)].counts.get(ordinal_key(info, r0.prog.kind[i0]), 0)
-            ordinal = key[-1]
-            assert isinstance(ordinal, int)
-            pending[(*key[:-1], ordinal + extra)] = p
-        self.pending = pending
-        acts: dict[int, Activation] = {}
-        for _, _, tag in queued_events(self.env):
-            for x in tag or ():
-                if isinstance(x, Activation):
-                    acts[id(x)] = x
-        for c in getattr(self.net, "active", ()):
-            acts[id(c.act)] = c.act
-        for act in acts.values():
-            act.start_ps += delta
-        self.net.shift(delta)
-        shift_clock(self.env, delta)
-        self.stats.repeat_since(a.link_bytes, periods)
-        self.skipped += copies
-
     # ---------------------------------------------------------------- streams
     def _drain(self) -> None:
         work = self.work
@@ -562,8 +521,9 @@ class Engine:
                     r.pos[s], r.free[s] = pos, free
                     self.processed += pos - first
                     self._arrive(r, i, s, t)
-                    if r is self.watcher and self.watch_run is not None:
-                        self._poll()
+                    w = r.watch
+                    if w is not None and w.run is not None:
+                        self.prover.poll(w)  # type: ignore[union-attr]
                     return
                 wait_for(waiters, d, s)  # blocked on op d, not done yet
                 n = -1  # stop: blocked
@@ -583,8 +543,9 @@ class Engine:
                 break
         r.pos[s], r.free[s] = pos, free
         self.processed += pos - first
-        if r is self.watcher and self.watch_run is not None:
-            self._poll()
+        w = r.watch
+        if w is not None and w.run is not None:
+            self.prover.poll(w)  # type: ignore[union-attr]
 
     # -------------------------------------------------------------- rendezvous
     def _group_keys(self, r: _Rank, group: str) -> tuple[int, int, int]:
@@ -700,12 +661,14 @@ class Engine:
             owner=launch,
         )
         launch.act = act
+        if self.parts > 1:  # prover components: whose it is (-1: several's, outside regions)
+            part = r.part
+            act.part = part if all(x[0].part == part for x in p.parts) else -1
         self.net.submit(act, start)
 
     def _resolve(self, parts: list[tuple[_Rank, int, int]], start: int, end: int) -> None:
         work = self.work
         append = work.append
-        watcher = self.watcher
         for r, i, s in parts:
             r.end[i] = end
             r.sync[i] = start
@@ -713,7 +676,7 @@ class Engine:
             pos = r.pos[s] = r.pos[s] + 1
             r.inflight[s] = -1
             waiters = r.waiters
-            if r is watcher or r.prog.kind[i] != COLL or not self._blocked(r, s, pos):
+            if r.watch is not None or r.prog.kind[i] != COLL or not self._blocked(r, s, pos):
                 append((r, s))
             if i in waiters:
                 for x in waiters.pop(i):

@@ -12,6 +12,7 @@ representatives of the classes in the signature and activates all those instance
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -44,6 +45,7 @@ class RankView:
     representative: np.ndarray
     groups: dict[str, GroupView]
     reason: str = ""  # why this mode (what `auto` saw, or that it was configured)
+    refined: bool = False  # symmetric on classes colour refinement found (refine.py)
 
 
 def full_view(graph: OpGraph) -> RankView:
@@ -124,28 +126,64 @@ def symmetric_view(graph: OpGraph, checked: bool = False) -> RankView:
     return RankView("symmetric", reps, representative, views)
 
 
-def choose_view(graph: OpGraph, mode: str, per_rank_differences: bool) -> RankView:
-    """The RankView for a mode; `auto` picks symmetric when it is valid (the view's
-    `reason` says why, for the report's list of automatic choices).
+MAX_CLASS_SHARE = 0.5
+"""`auto` takes a refined view only when its classes are at most this share of the ranks.
+Why: a view with a class for nearly every rank simulates nearly every rank anyway, and
+then the full mode, the literal oracle, costs about as much; at half the ranks the
+refined view already halves the simulated ranks and aggregates the network's work."""
 
-    `per_rank_differences` (stragglers, heterogeneous GPUs) rules symmetric out.
+
+def choose_view(
+    graph: OpGraph,
+    mode: str,
+    differences: str = "",
+    refine: Callable[[], np.ndarray] | None = None,
+) -> tuple[RankView, OpGraph]:
+    """The RankView for a mode and the graph whose classes it uses; `auto` picks the
+    symmetric mode when it is valid (the view's `reason` says why, for the report's list
+    of automatic choices).
+
+    `differences` names what makes some ranks differ (stragglers, GPU types; "" when
+    none). Then, or when the workload's classes are not valid for the symmetric mode,
+    the symmetric mode runs on the classes `refine()` gives (simulator/engine/refine.py)
+    if they are valid, and `auto` takes them when they collapse the ranks enough
+    (`MAX_CLASS_SHARE`).
     """
     if mode not in MODES:
         raise EngineError(f"unknown engine mode '{mode}' (use {', '.join(MODES)})")
     if mode == "full":
-        return replace(full_view(graph), reason="engine.mode=full, as configured")
-    problem = "some ranks differ (stragglers)" if per_rank_differences else symmetric_problem(graph)
-    if mode == "symmetric":
-        if problem is not None:
-            raise EngineError(f"symmetric mode is not valid here: {problem}")
+        return replace(full_view(graph), reason="engine.mode=full, as configured"), graph
+    problem = "some ranks differ" if differences else symmetric_problem(graph)
+    if problem is None:
+        view = symmetric_view(graph, checked=True)
+        if mode == "symmetric":
+            return replace(view, reason="engine.mode=symmetric, as configured"), graph
         return replace(
-            symmetric_view(graph, checked=True), reason="engine.mode=symmetric, as configured"
-        )
-    if problem is not None:
-        return replace(full_view(graph), reason=f"auto: symmetric is not valid ({problem})")
-    view = symmetric_view(graph, checked=True)
-    return replace(
-        view,
-        reason=f"auto: the {graph.world_size:,} ranks form {view.reps.size:,} class"
-        f"{'es' if view.reps.size > 1 else ''} of interchangeable ranks, one simulated per class",
+            view,
+            reason=f"auto: the {graph.world_size:,} ranks form {view.reps.size:,} class"
+            f"{'es' if view.reps.size > 1 else ''} of interchangeable ranks, one simulated per class",
+        ), graph
+    why = differences or problem
+    refined = None if refine is None else replace(graph, rank_class=refine())
+    rproblem = "no refinement was given" if refined is None else symmetric_problem(refined)
+    if refined is None or rproblem is not None:
+        if mode == "symmetric":
+            raise EngineError(f"symmetric mode is not valid here: {why}; refined: {rproblem}")
+        return replace(
+            full_view(graph), reason=f"auto: symmetric is not valid ({why}; refined: {rproblem})"
+        ), graph
+    view = symmetric_view(refined, checked=True)
+    k, n = view.reps.size, graph.world_size
+    told = (
+        f"{why}: colour refinement over every group kind splits the {n:,} ranks into "
+        f"{k:,} class{'es' if k > 1 else ''} of interchangeable ranks, one simulated per class"
     )
+    view = replace(view, refined=True)
+    if mode == "symmetric":
+        return replace(view, reason=f"engine.mode=symmetric, as configured ({told})"), refined
+    if k > MAX_CLASS_SHARE * n:
+        return replace(
+            full_view(graph),
+            reason=f"auto: {told}, more than {MAX_CLASS_SHARE:.0%} of the ranks: every rank simulated",
+        ), graph
+    return replace(view, reason=f"auto: {told}"), refined

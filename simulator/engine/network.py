@@ -112,6 +112,7 @@ class Activation:
     bundles: tuple[Bundle, ...] = ()
     open_bundles: int = 0
     owner: object = None
+    part: int = -1  # the periodic prover's component of the ranks it serves (-1: none)
 
 
 @dataclass
@@ -122,10 +123,12 @@ class NetworkStats:
     reprices: int = 0
     rate_cache_hits: int = 0
     simpy_events: int = 0
-    phase_bytes: dict[int, tuple[BoundPhase, float]] = field(default_factory=dict)
+    phase_bytes: dict[tuple[int, int], tuple[BoundPhase, float]] = field(default_factory=dict)
 
-    def add_bytes(self, phase: BoundPhase, per_flow_bytes: float) -> None:
-        key = id(phase)
+    def add_bytes(self, phase: BoundPhase, per_flow_bytes: float, part: int = -1) -> None:
+        """Bytes per flow a phase moved, kept apart per prover component (`part`), whose
+        skipped periods repeat their own bytes only."""
+        key = (id(phase), part)
         prev = self.phase_bytes.get(key)
         self.phase_bytes[key] = (phase, per_flow_bytes + (prev[1] if prev else 0.0))
 
@@ -135,12 +138,17 @@ class NetworkStats:
             np.add.at(out, phase.links, phase.counts * total)
         return out
 
-    def snapshot(self) -> dict[int, float]:
+    def snapshot(self) -> dict[tuple[int, int], float]:
         return {k: v[1] for k, v in self.phase_bytes.items()}
 
-    def repeat_since(self, snap: dict[int, float], times: int) -> None:
-        """Add `times` more copies of the bytes moved since `snap` (skipped periods)."""
+    def repeat_since(
+        self, snap: dict[tuple[int, int], float], times: int, part: int | None = None
+    ) -> None:
+        """Add `times` more copies of the bytes moved since `snap` (skipped periods), by
+        one prover component (`part`) or by all (None)."""
         for k, (phase, total) in list(self.phase_bytes.items()):
+            if part is not None and k[1] != part:
+                continue
             delta = total - snap.get(k, 0.0)
             if delta:
                 self.phase_bytes[k] = (phase, total + times * delta)
@@ -172,7 +180,7 @@ class AlphaBetaNetwork:
         bundles, duration = got
         for b in bundles:
             for ph in b.phases:
-                self.stats.add_bytes(ph, ph.bytes_factor * act.nbytes)
+                self.stats.add_bytes(ph, ph.bytes_factor * act.nbytes, act.part)
         end = start_ps + duration
         self.stats.activations += 1
         self.stats.simpy_events += 1
@@ -191,6 +199,19 @@ class AlphaBetaNetwork:
 
     def shift(self, delta_ps: int) -> None:
         """Move the runtime's own clock values `delta_ps` later (none here)."""
+
+    def part_state(self, part: int, now: int) -> tuple[object, ...] | None:
+        """A prover component's own network state (none beyond its scheduled events)."""
+        return ()
+
+    def part_of(self, comp: object) -> int:
+        return -1  # schedules no checks
+
+    def part_position(self, comp: object) -> int:
+        return -1
+
+    def shift_part(self, part: int, delta_ps: int) -> None:
+        """Move a prover component's network state `delta_ps` later (none here)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -223,6 +244,10 @@ class _Component:
     version: int = 0
     solved: bool = False
 
+
+JOINT = -3
+"""`ContentionNetwork._world` of coflows solved together (components coupled by shared
+links, and runs without prover components)."""
 
 SPANNING_SHARE = 1 / 32
 """A coflow whose phase alone uses at least this share of the machine's links switches
@@ -275,6 +300,16 @@ class ContentionNetwork:
         self.comps: dict[int, _Component] = {}
         self.dirty: dict[int, _Component] = {}
         self.whole: _Component | None = None  # set while every coflow is one component
+        # prover components (simulator/engine/prover.py) solved apart: whole-machine
+        # solving per component (`_join_part`), so that one whose traffic is on links of
+        # its own runs alike, to the last bit, whatever the others do at the same time
+        self.by_part = False
+        self.wholes: dict[int, _Component] = {}
+        # per prover component, the links only its traffic can take (set with by_part); a
+        # component whose coflow leaves them is coupled: solved with the others from then
+        self.private: list[np.ndarray] = []
+        self.coupled: set[int] = set()
+        self._private_phase: dict[tuple[int, int], bool] = {}
         self.lazy: _Component | None = None  # the only component, links not in `owner`
         self.next_cid = 0
         self.seq = 0
@@ -413,8 +448,97 @@ class ContentionNetwork:
         self.whole = whole
         return whole
 
+    def _spans(self, c: _Coflow) -> bool:
+        """Whether a coflow switches its network to whole-machine solving."""
+        return (
+            c.phase.split is not None
+            or c.phase.links.size >= SPANNING_SHARE * self.capacity.shape[0]
+            or c.act.instances.size >= SPANNING_GPUS * self.gpus
+        )
+
+    def _world(self, c: _Coflow) -> int:
+        """Where a coflow is solved with `by_part`: its prover component while all of that
+        component's coflows kept to its own links, else the shared world (JOINT)."""
+        p = c.act.part
+        return JOINT if p < 0 or p in self.coupled else p
+
+    def _keeps_apart(self, c: _Coflow) -> bool:
+        """Whether a coflow uses only links its prover component alone can take (and so
+        no adaptive routing, whose Valiant paths cross everyone's switches)."""
+        p = c.act.part
+        key = (id(c.phase), p)
+        got = self._private_phase.get(key)
+        if got is None:
+            got = c.phase.split is None and bool(self.private[p][c.phase.links].all())
+            self._private_phase[key] = got
+        return got
+
+    def _join_part(self, c: _Coflow) -> None:
+        """`_join` with each prover component solved apart while its coflows keep to its
+        own links (`_keeps_apart`; one that does not couples its component with the rest
+        for good), and whole-machine solving per world: a spanning coflow merges its
+        world's coflows (and whatever shares links with them) into a whole, which its
+        world's later coflows join; other worlds' coflows join it only through links they
+        share. Links are always owned here."""
+        p = c.act.part
+        if p >= 0 and p not in self.coupled and not self._keeps_apart(c):
+            self.coupled.add(p)
+            self.wholes.pop(p, None)  # its coflows are the shared world's from now
+        part = self._world(c)
+        whole = self.wholes.get(part)
+        if whole is None and not self._spans(c):
+            self._join_components(c)  # the common case: no whole in its world
+            return
+        self._own_lazy()
+        if whole is None:
+            mine = [
+                k for k in self.comps.values() if any(self._world(m) == part for m in k.members)
+            ]
+            for k in mine:
+                self._progress(k)
+                self._drop(k)
+            links = [k.links for k in mine]
+            whole = _Component(
+                self.next_cid,
+                [m for k in mine for m in k.members],
+                np.concatenate(links) if links else np.empty(0, dtype=np.int64),
+                int(self.env.now),
+            )
+            self.next_cid += 1
+            self.comps[whole.cid] = whole
+            self.owner[whole.links] = whole.cid
+            self._rehome(mine, whole)
+            self.wholes[part] = whole
+        touched = self.owner[c.phase.links]
+        others = np.unique(touched[(touched >= 0) & (touched != whole.cid)]).tolist()
+        self._progress(whole)
+        self._rehome([self.comps[cid] for cid in others], whole)
+        for cid in others:  # another component sharing links with this one's coflow
+            k = self.comps[cid]
+            self._progress(k)
+            self._drop(k)
+            whole.members += k.members
+            whole.links = np.concatenate([whole.links, k.links])
+            self.owner[k.links] = whole.cid
+        whole.members.append(c)
+        free = c.phase.links[touched < 0]
+        if free.size:
+            self.owner[free] = whole.cid
+            whole.links = np.concatenate([whole.links, free])
+        self._mark_dirty(whole)
+
+    def _rehome(self, comps: list[_Component], into: _Component) -> None:
+        """Prover components whose whole is among `comps` (merged into `into`) now have
+        `into` as their whole."""
+        for p, w in list(self.wholes.items()):
+            if any(w is k for k in comps):
+                self.wholes[p] = into
+
     def _join(self, c: _Coflow) -> None:
         """A coflow starts: it joins (and merges) the components whose links it uses."""
+        if self.by_part:
+            self._join_part(c)
+            return
         whole = self.whole
         if whole is None and (
             c.phase.split is not None
@@ -427,6 +551,10 @@ class ContentionNetwork:
             whole.members.append(c)
             self._mark_dirty(whole)
             return
+        self._join_components(c)
+
+    def _join_components(self, c: _Coflow) -> None:
+        """A coflow joins (and merges) the components whose links it uses."""
         if not self.comps:
             self._new_component([c], c.phase.links)
             return
@@ -445,6 +573,10 @@ class ContentionNetwork:
         # Components own disjoint links, so the union needs no de-duplication but the
         # coflow's own new links'.
         big = max(comps, key=lambda k: k.links.size)
+        held = [k for k in comps if k in self.wholes.values()] if self.wholes else []
+        if held:  # a prover component's whole absorbs what shares its links
+            big = held[0]
+            self._rehome(comps, big)
         for comp in comps:
             self._progress(comp)
         added = [k.links for k in comps if k is not big]
@@ -601,7 +733,17 @@ class ContentionNetwork:
         if not done:
             self._mark_dirty(comp)
             return
-        if comp is not self.whole:
+        parts = [p for p, w in self.wholes.items() if w is comp]
+        if parts:  # a prover component's whole: kept until it is idle
+            if keep:
+                comp.members = keep
+                self._mark_dirty(comp)
+            else:
+                self._drop(comp)
+                self.owner[comp.links] = -1
+                for p in parts:
+                    del self.wholes[p]
+        elif comp is not self.whole:
             self._split(comp, keep)
         elif keep:
             comp.members = keep
@@ -611,7 +753,7 @@ class ContentionNetwork:
             self.owner[comp.links] = -1
             self.whole = None
         for c in done:
-            self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes)
+            self.stats.add_bytes(c.phase, c.phase.bytes_factor * c.act.nbytes, c.act.part)
             self._start_phase(c.act, c.bundle, c.plan, c.index + 1)
 
     # ------------------------------------------------------- state comparison
@@ -622,7 +764,7 @@ class ContentionNetwork:
             self.reprice_pending,
             tuple(
                 (
-                    comp is self.whole,
+                    comp is self.whole or comp in self.wholes.values(),
                     comp.last_ps - now,
                     comp.solved,
                     comp.cid in self.dirty,
@@ -648,6 +790,59 @@ class ContentionNetwork:
     def shift(self, delta_ps: int) -> None:
         """Move the runtime's own clock values `delta_ps` later."""
         for comp in self.comps.values():
+            comp.last_ps += delta_ps
+
+    # ------------------------------------------------ per prover component
+    def part_of(self, comp: object) -> int:
+        """The prover component of a network component's coflows (-2: several)."""
+        assert isinstance(comp, _Component)
+        parts = {c.act.part for c in comp.members}
+        return parts.pop() if len(parts) == 1 else -2
+
+    def _part_comps(self, part: int) -> list[_Component] | None:
+        """The network components holding a prover component's coflows, in creation
+        order; None if one of them also holds another's (their rates are shared)."""
+        out = []
+        for comp in self.comps.values():
+            p = self.part_of(comp)
+            if p == part:
+                out.append(comp)
+            elif p == -2 and any(c.act.part == part for c in comp.members):
+                return None
+        return out
+
+    def part_state(self, part: int, now: int) -> tuple[object, ...] | None:
+        """`state` restricted to one prover component's network components (None when
+        it is coupled with the others, shares a network component with another, or a
+        re-pricing is pending)."""
+        comps = None if part in self.coupled else self._part_comps(part)
+        if comps is None or self.reprice_pending:
+            return None
+        return tuple(
+            (
+                comp in self.wholes.values(),
+                comp.last_ps - now,
+                comp.solved,
+                comp.cid in self.dirty,
+                tuple(
+                    (c.act, c.bundle, c.index, c.remaining, c.initial, c.rate) for c in comp.members
+                ),
+            )
+            for comp in comps
+        )
+
+    def part_position(self, comp: object) -> int:
+        """Where a component stands among its prover component's live ones."""
+        assert isinstance(comp, _Component)
+        part = self.part_of(comp)
+        mine = [k.cid for k in self.comps.values() if self.part_of(k) == part]
+        return mine.index(comp.cid)
+
+    def shift_part(self, part: int, delta_ps: int) -> None:
+        """Move one prover component's network components `delta_ps` later: their
+        progress resumes then (nothing else touches them: `part_state` found them its
+        own), and their checks move with them (`Prover.warp_part` moves the events)."""
+        for comp in self._part_comps(part) or ():
             comp.last_ps += delta_ps
 
 

@@ -86,7 +86,7 @@ class Cut:
     time: int
     windows: list[RankWindow]
     canon: Hashable
-    link_bytes: dict[int, float]
+    link_bytes: dict[tuple[int, int], float]  # NetworkStats.snapshot()
 
 
 def _next_ops(r: RankState) -> tuple[int, int]:
@@ -143,8 +143,20 @@ def _rank_canon(r: RankState, lo: int, hi: int, now: int) -> tuple[object, ...]:
     inflight = tuple(i - lo if i >= 0 else -1 for i in r.inflight)
     free = tuple(max(f - now, 0) for f in r.free)
     waiters = tuple(sorted((k - lo, tuple(v)) for k, v in r.waiters.items()))
-    sync = tuple(sorted((i - lo, v - now) for i, v in r.sync.items() if lo <= i < hi))
+    sync = tuple((i - lo, v - now) for i, v in sync_in(r.sync, lo, hi))
     return (_relative(st, now), _relative(en, now), nxt, inflight, free, waiters, sync)
+
+
+def sync_in(sync: dict[int, int], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The (op, sync start) entries of ops [lo, hi), in op order. Why not a scan of the
+    dict: it holds every collective the rank ran since the run began, and a run whose
+    period is never proved (a straggler) cuts thousands of times, so scanning it made
+    the prover quadratic (88% of 678 CPU-s for one straggler on 256 GPUs); the window
+    holds a copy's ops or so."""
+    if hi - lo < len(sync):
+        get = sync.get
+        return [(i, v) for i in range(lo, hi) if (v := get(i)) is not None]
+    return sorted((i, v) for i, v in sync.items() if lo <= i < hi)
 
 
 def cut_points(length: int, per_copy: int) -> list[int]:
@@ -153,13 +165,26 @@ def cut_points(length: int, per_copy: int) -> list[int]:
     return sorted({length * j // per_copy for j in range(per_copy)})
 
 
-def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cut | None:
+def take_cut(
+    engine: EngineState,
+    now: int,
+    hint: list[int] | None = None,
+    ranks: list[RankState] | None = None,
+    part: int = -1,
+) -> Cut | None:
     """The engine's state now, relative to `now` and to each rank's window; None when a
     rank that is not idle has live ops outside its region's unrolled copies (such a cut
     matches no other: `periods_match`), which is told before any state is read. `hint`
     holds the index of the rank found outside last time, asked first (the ranks still
-    in their warm-up or already in their cool-down stay there for many cuts)."""
-    ranks = engine.ranks
+    in their warm-up or already in their cool-down stay there for many cuts).
+
+    `ranks`: one prover component's ranks (simulator/engine/prover.py, its number
+    `part`) instead of the whole engine: the cut then holds their state, their
+    rendezvous, the scheduled events of their activations and the network components of
+    their transfers, and is None while one of those also holds another component's
+    transfers (their rates are shared: no period of one alone exists)."""
+    whole = ranks is None
+    ranks = engine.ranks if ranks is None else ranks
     if hint is not None and hint[0] < len(ranks) and _outside_copies(ranks[hint[0]]):
         return None
     for k, r in enumerate(ranks):
@@ -168,37 +193,45 @@ def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cu
                 hint[0] = k
             return None
     windows: list[RankWindow] = []
-    for r in engine.ranks:
+    for r in ranks:
         lo, hi, idle = _window(r, now)
         run = None if idle else r.prog.run_at(lo)
         if not idle and (run is None or not run.contains(lo, hi)):
             return None
         windows.append(RankWindow(lo, hi, run, idle))
-    index = {id(r): k for k, r in enumerate(engine.ranks)}
+    index = {id(r): k for k, r in enumerate(ranks)}
     canons = [_rank_canon(r, w.lo, w.hi, now) for r, w in zip(ranks, windows, strict=True)]
 
-    def part(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
+    def locate(p: tuple[RankState, int, int]) -> tuple[int, int, int]:
         r, i, s = p
         k = index[id(r)]
         return (k, i - windows[k].lo, s)
 
-    pending = tuple(
-        sorted(
-            (p.count, max(p.ready - now, 0), tuple(part(x) for x in p.parts))
-            for p in engine.pending.values()
-        )
-    )
+    def mine(a: Activation) -> bool:
+        return whole or id(a.owner.parts[0][0]) in index  # type: ignore[attr-defined]
+
+    rendezvous = []
+    for p in engine.pending.values():
+        inside = [id(x[0]) in index for x in p.parts]
+        if all(inside):
+            rendezvous.append((p.count, max(p.ready - now, 0), tuple(locate(x) for x in p.parts)))
+        elif any(inside):
+            return None  # a rendezvous with ranks the cut does not hold
+    pending = tuple(sorted(rendezvous))
     acts: dict[int, tuple[object, ...]] = {}
 
     def act(a: Activation) -> tuple[object, ...]:
         got = acts.get(id(a))
         if got is None:
-            parts = tuple(part(x) for x in a.owner.parts)  # type: ignore[attr-defined]
+            parts = tuple(locate(x) for x in a.owner.parts)  # type: ignore[attr-defined]
             got = (a.kind, a.nbytes, a.key, a.root, a.algorithm, a.start_ps - now, parts)
             acts[id(a)] = got
         return got
 
     net = engine.net
+    own = None if whole else net.part_state(part, now)
+    if not whole and own is None:
+        return None  # its transfers share a network component with another's
     events: list[tuple[int, int, object]] = []
     for t, prio, tag in queued_events(engine.env):
         if tag is None:
@@ -206,12 +239,17 @@ def take_cut(engine: EngineState, now: int, hint: list[int] | None = None) -> Cu
         if tag[0] == "check":
             if not net.live_check(tag[1], tag[2]):
                 continue
-            events.append((t - now, prio, ("check", net.check_position(tag[1]))))
+            if whole:
+                events.append((t - now, prio, ("check", net.check_position(tag[1]))))
+            elif net.part_of(tag[1]) == part:
+                events.append((t - now, prio, ("check", net.part_position(tag[1]))))
+            continue
+        if not whole and not (len(tag) > 1 and isinstance(tag[1], Activation) and mine(tag[1])):
             continue
         events.append(
             (t - now, prio, tuple(act(x) if isinstance(x, Activation) else x for x in tag))
         )
-    state = _canon_state(net.state(now), act)
+    state = _canon_state(net.state(now) if whole else own, act)  # type: ignore[arg-type]
     canon = (tuple(canons), pending, tuple(events), state, tuple(w.idle for w in windows))
     return Cut(now, windows, canon, engine.stats.snapshot())
 
@@ -242,10 +280,10 @@ def periods_match(a: Cut, b: Cut, copies: int) -> bool:
     return True
 
 
-def host_slack_ok(engine: EngineState, a: Cut, b: Cut, copies: int) -> bool:
-    """The host never binds a skipped copy (see the module docstring)."""
+def host_slack_ok(ranks: list[RankState], a: Cut, b: Cut, copies: int) -> bool:
+    """The host never binds a skipped copy of `ranks` (see the module docstring)."""
     period = b.time - a.time
-    for r, wa, wb in zip(engine.ranks, a.windows, b.windows, strict=True):
+    for r, wa, wb in zip(ranks, a.windows, b.windows, strict=True):
         if wa.run is None:
             continue
         host = copies * wa.run.issue_ps

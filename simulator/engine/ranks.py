@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.engine.unroll import OrdinalKey, Unrolled
 
@@ -50,6 +51,8 @@ class RankState:
     ish: int = 0
     oshift: dict[OrdinalKey, int] = field(default_factory=dict)
     warps: list[Warp] = field(default_factory=list)
+    part: int = 0  # the periodic prover's component (simulator/engine/prover.py)
+    watch: Any = None  # the prover's watch whose watcher this rank is (None: none)
 
 
 class Pending:

@@ -196,7 +196,14 @@ class Unrolled:
             self._ordinals[key] = o + 1
             if o != info.ordinal:
                 info = CommInfo(
-                    info.group, o, info.kind, info.nbytes, info.root, info.algorithm, info.peer
+                    info.group,
+                    o,
+                    info.kind,
+                    info.nbytes,
+                    info.root,
+                    info.algorithm,
+                    info.peer,
+                    info.sms,
                 )
         self.comm.append(info)
         self.stream_ops[s].append(m)
@@ -247,7 +254,14 @@ class Unrolled:
             o = ordinals.get(key, 0)
             ordinals[key] = o + 1
             comm[x] = CommInfo(
-                info.group, o, info.kind, info.nbytes, info.root, info.algorithm, info.peer
+                info.group,
+                o,
+                info.kind,
+                info.nbytes,
+                info.root,
+                info.algorithm,
+                info.peer,
+                info.sms,
             )
         self.comm.extend(comm)
         for s, offsets in body.stream_offsets.items():

@@ -800,12 +800,14 @@ class CollectivePricer:
             probe = inst[[int(rows[0]) for rows in classes.values()]]
             pkey = None if key is None else (key, "probe")
         terms: dict[str, tuple[float, float]] = {}
+        bound: dict[str, tuple[tuple[Bundle, ...], list[tuple[float, ...]] | list[None]]] = {}
         for cand in candidate_algorithms(kind, next(iter(classes)), self.library):
             try:
                 b = self.bind(kind, probe, cand, root, pkey)
             except CostModelError:
                 continue
             rates = self.joint_rates(b) if shared else [None] * len(b)
+            bound[cand] = (b, rates)
             terms[cand] = max(
                 (
                     self.time_terms(x, nbytes, kind, shared, rates=r, tuner=True)
@@ -820,9 +822,27 @@ class CollectivePricer:
             # ring, so the tree never wins on bandwidth, only on latency (its 2 log steps
             # against the ring's 2 (p - 1)). Where the tree's own flows are slower still
             # (its heads use fewer NICs than the ring's channels), that slower time counts.
+            # NCCL prices every (algorithm, protocol) pair from the same per-protocol link
+            # bus bandwidth and picks the fastest pair (src/graph/tuning.cc: bandwidths
+            # [coll][a][p] = busBw * ratio), so the tree's bound comes from the ring under
+            # the same protocol and the tree's best protocol is the one fastest with it.
+            # Taking the ring's own best (LL, a small fraction of the link on Frontier) made
+            # a Simple tree look twice as slow as it runs; a slower NIC, moving the ring to
+            # Simple, then flipped the choice to that tree: 7.6% faster with less bandwidth
+            # (AxoNN, 32 Frontier GCDs, alpha-beta; tests/test_whatif_monotonicity.py).
             p = max(int(inst.shape[1]), 2)
-            nccl_transfer = terms["ring"][1] * p / (2 * (p - 1)) / NCCL_TREE_RATIO
-            terms["tree"] = (terms["tree"][0], max(terms["tree"][1], nccl_transfer))
+            per_protocol = []
+            for proto in self.protocols_for(bound["tree"][0][0]):
+                tree = self._terms_as(bound["tree"], nbytes, kind, shared, proto)
+                ring = self._terms_as(bound["ring"], nbytes, kind, shared, proto)
+                if tree is not None and ring is not None:
+                    nccl = ring[1] * p / (2 * (p - 1)) / NCCL_TREE_RATIO
+                    per_protocol.append((tree[0], max(tree[1], nccl)))
+            if per_protocol:
+                terms["tree"] = min(per_protocol, key=sum)
+            else:  # calibrated tables: the ring's own transfer bounds the tree's
+                nccl = terms["ring"][1] * p / (2 * (p - 1)) / NCCL_TREE_RATIO
+                terms["tree"] = (terms["tree"][0], max(terms["tree"][1], nccl))
         best_algo: str | None = None
         best_t = np.inf
         for cand, (lat, transfer) in terms.items():
@@ -839,6 +859,42 @@ class CollectivePricer:
             self._choice_cache[ckey] = best_algo
             self.decisions[ckey] = (best_algo, {a: sum(t) for a, t in terms.items()})
         return best_algo
+
+    def _terms_as(
+        self,
+        bound: tuple[tuple[Bundle, ...], Sequence[Sequence[float] | None]],
+        nbytes: float,
+        kind: CollectiveKind,
+        shared: bool,
+        protocol: str,
+    ) -> tuple[float, float] | None:
+        """(latency, transfer) of the slowest bundle under `protocol` (as `_protocol_plan`
+        prices one protocol; `rates` per bundle as the tuner shares them); None where a
+        calibrated table prices a bundle or its tier does not enable `protocol`."""
+        term = self.params.collectives.term(protocol)
+        worst: tuple[float, float] | None = None
+        for b, rates in zip(*bound, strict=True):
+            if protocol not in self.protocols_for(b) or (
+                self.plan(b, kind, nbytes, shared).protocol == "table"
+            ):
+                return None
+            launch = self.params.collectives.launch_overhead_s if b.phases else 0.0
+            if b.phases and b.tier == "inter_node":
+                launch += self.params.collectives.inter_node_base_s
+            lat = (
+                launch
+                + term.base_latency_s
+                + sum(self.phase_latency(ph, protocol) for ph in b.phases)
+            )
+            transfer = sum(
+                ph.bytes_factor * nbytes / term.bandwidth_factor
+                / (rates[i] if rates is not None else self._rate(ph, shared))
+                for i, ph in enumerate(b.phases)
+                if ph.bytes_factor > 0
+            )  # fmt: skip
+            if worst is None or lat + transfer > sum(worst):
+                worst = (lat, transfer)
+        return worst
 
     def joint_rates(self, bundles: Sequence[Bundle]) -> list[tuple[float, ...]]:
         """Per bundle, per phase: the per-flow rate when the same phase of every bundle
@@ -1052,6 +1108,8 @@ class CollectivePricer:
         if table is None:
             return self._protocol_plan(bundle, nbytes, shared)
         assert kind is not None
+        if nbytes > table.largest_bytes:
+            return self._beyond_table(bundle, kind, table.largest_bytes, nbytes, shared)
         seg = table.segment_for(nbytes)
         if seg is not None:
             alpha, total = seg.alpha_s, seg.time_s(nbytes)
@@ -1072,6 +1130,35 @@ class CollectivePricer:
             tuple(b * stretch for b in raw),
             "table",
         )
+
+    def _beyond_table(
+        self, bundle: Bundle, kind: CollectiveKind, edge: float, nbytes: float, shared: bool
+    ) -> PhasePlan:
+        """A size above the table's largest measurement (`edge`): the network model's own
+        plan for `nbytes`, scaled by the table's correction at the edge (measured time /
+        model time there), so the time is continuous at the edge and grows as the model
+        says beyond it; a flat end segment no longer makes 16 GiB as fast as 64 MiB."""
+        measured = self._plan(bundle, kind, edge, shared)
+        model_edge = self._protocol_plan(bundle, edge, shared)
+        model = self._protocol_plan(bundle, nbytes, shared)
+        ratio = self._isolated_s(bundle, measured, shared) / self._isolated_s(
+            bundle, model_edge, shared
+        )
+        return PhasePlan(
+            model.overhead_s * ratio,
+            tuple(x * ratio for x in model.latency_s),
+            tuple(x * ratio for x in model.bytes_per_flow),
+            "table",
+        )
+
+    def _isolated_s(self, bundle: Bundle, plan: PhasePlan, shared: bool) -> float:
+        """A plan's time for one instance alone (the rates the tuner and tables use)."""
+        moved = sum(
+            b / self._tuner_rate(ph, shared)
+            for b, ph in zip(plan.bytes_per_flow, bundle.phases, strict=True)
+            if b > 0
+        )
+        return plan.overhead_s + sum(plan.latency_s) + moved
 
     def alpha_beta_time_s(
         self, bundle: Bundle, nbytes: float, kind: CollectiveKind | None = None

@@ -63,10 +63,11 @@ def parse_trace_ranks(text: str | None, world: int) -> TraceRanks:
             ) from None
         if hi < lo:
             raise ConfigError(f"--trace-ranks: range '{part}' ends before it starts")
+        # checked before the range is built: '0-99999999999999999999' overflowed range()
+        for r in (lo, hi):
+            if not 0 <= r < world:
+                raise ConfigError(f"--trace-ranks: rank {r} is outside 0..{world - 1}")
         out.extend(range(lo, hi + 1))
-    bad = [r for r in out if not 0 <= r < world]
-    if bad:
-        raise ConfigError(f"--trace-ranks: rank {bad[0]} is outside 0..{world - 1}")
     return sorted(set(out))
 
 

@@ -14,6 +14,7 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simulator.outputs.text import printable
 from simulator.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:  # annotations only: `axsim collective` renders without the engine
@@ -29,6 +30,12 @@ COMPUTE_LABELS = {
     "launch_gaps": "launch gaps",
     "interference": "interference (beside communication)",
 }
+
+
+def markup_safe(text: object) -> str:
+    """A name from a file as rich renders it: control characters escaped
+    (`simulator.outputs.text.printable`) and markup escaped ("[/]" crashed rich)."""
+    return escape(printable(text))
 
 
 def stdout_console() -> Console:
@@ -51,7 +58,10 @@ def render_report(report: Report, console: Console | None = None) -> None:
     grid = " x ".join(f"{k}={v}" for k, v in g.items())
     # the title stays short: a piped (80-column) console would cut a long one, and the
     # grid is what a user who let axsim pick it most needs to see
-    head = f"[bold]{escape(report.model)}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs ({report.machine})"
+    head = (
+        f"[bold]{markup_safe(report.model)}[/] on [bold]{report.gpus}[/] {report.gpu} GPUs "
+        f"({markup_safe(report.machine)})"
+    )
     t = report.iteration_time_s
     summary = Table.grid(padding=(0, 2))
     summary.add_column(justify="left")
@@ -143,7 +153,7 @@ def render_report(report: Report, console: Console | None = None) -> None:
             links.add_column(col, justify="right" if col != "link" else "left")
         for u in report.busiest_links:
             links.add_row(
-                f"{u.src} -> {u.dst}",
+                markup_safe(f"{u.src} -> {u.dst}"),  # device names of a custom file
                 u.kind,
                 f"{u.bandwidth_GBps:g}",
                 format_bytes(u.bytes),

@@ -109,7 +109,9 @@ class TraceContext:
 
             calibration = load_calibration(cfg.engine.calibration)
         return KernelModel(
-            gpu_spec(cfg.cluster.gpu or self.result.topology.gpu_type), calibration=calibration
+            gpu_spec(cfg.cluster.gpu or self.result.topology.gpu_type),
+            calibration=calibration,
+            attention_kernel=cfg.training.attention_kernel,
         )
 
     def rank_info(self, rank: int) -> RankInfo:

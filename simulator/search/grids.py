@@ -355,7 +355,9 @@ def _kernel_model(config: ExperimentConfig, gpu: GpuSpec) -> Any:
     calibration = None
     if config.engine.calibration:
         calibration = load_calibration(config.engine.calibration)
-    return KernelModel(gpu, calibration=calibration)
+    return KernelModel(
+        gpu, calibration=calibration, attention_kernel=config.training.attention_kernel
+    )
 
 
 def search_training(config: ExperimentConfig) -> TrainingSetup:

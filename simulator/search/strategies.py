@@ -17,6 +17,7 @@ to it) are reported as such, not as two results.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Sequence
 from copy import deepcopy
@@ -27,6 +28,7 @@ from simulator.api import Result, simulate
 from simulator.build import build_topology
 from simulator.config import ExperimentConfig, default_config_mapping, validate_config
 from simulator.errors import SimulatorError
+from simulator.outputs.report import Report
 from simulator.plan import cluster_shape, training_setup
 from simulator.search.batches import BatchChoice, batch_granularities, choose_batch
 from simulator.search.candidates import Candidate, strategy_candidates
@@ -49,7 +51,10 @@ class StrategyOutcome:
     """The best configuration found for one strategy (or why there is none)."""
 
     strategy: str
-    result: Result | None = None
+    # the fastest configuration's report: an outcome keeps no simulation's state (the
+    # engine, network caches and topology of each candidate are freed as soon as its
+    # report is read), so comparing strategies costs the memory of one simulation
+    report: Report | None = None
     candidate: Candidate | None = None
     max_batch_sequences: int = 0
     feasible: int = 0
@@ -128,6 +133,7 @@ def search_strategy(
     if not cands:
         out.note = "no configuration fits in GPU memory"
     todo = cands[:max_candidates]
+    best: Result | None = None
     for i, cand in enumerate(todo):
         if progress is not None:
             progress(strategy, i, len(todo))
@@ -138,16 +144,22 @@ def search_strategy(
             continue
         t = res.report.iteration_time_s
         out.tried.append((cand, t))
-        if out.result is None or t < out.result.report.iteration_time_s:
-            out.result, out.candidate = res, cand
+        if best is None or t < best.report.iteration_time_s:
+            best, out.candidate = res, cand
+        del res
+        gc.collect()  # a result's engine holds reference cycles (launches, activations)
     if progress is not None:
         progress(strategy, len(todo), len(todo))
-    if out.result is not None:
-        r = out.result
-        out.max_batch_sequences = plan_max_batch_sequences(r.config, r.plan, r.topology, gpu)
+    if best is not None:
+        out.report = best.report
+        out.max_batch_sequences = plan_max_batch_sequences(
+            best.config, best.plan, best.topology, gpu
+        )
         out.note = None
-        if isinstance(r.config.parallel, HybridParallel):
-            out.program_key = replace(resolve_hybrid(r.config, r.topology, gpu), strategy="")
+        if isinstance(best.config.parallel, HybridParallel):
+            out.program_key = replace(resolve_hybrid(best.config, best.topology, gpu), strategy="")
+    del best
+    gc.collect()
     out.wall_time_s = time.perf_counter() - t0
     return out
 
@@ -255,11 +267,11 @@ def mark_same_programs(outcomes: Sequence[StrategyOutcome]) -> None:
 def speedups(outcomes: Sequence[StrategyOutcome]) -> list[float | None]:
     """Iteration-time speedup of each strategy over the first one that ran (same batch,
     so also the throughput ratio); None for strategies without a result of their own."""
-    ref = next((o.result.report.iteration_time_s for o in outcomes if o.result), None)
+    ref = next((o.report.iteration_time_s for o in outcomes if o.report), None)
     return [
         None
-        if o.result is None or ref is None or o.same_program_as
-        else ref / o.result.report.iteration_time_s
+        if o.report is None or ref is None or o.same_program_as
+        else ref / o.report.iteration_time_s
         for o in outcomes
     ]
 
@@ -274,8 +286,8 @@ def outcomes_json(outcomes: Sequence[StrategyOutcome]) -> list[dict[str, Any]]:
     out = []
     for o, sp in zip(outcomes, speedups(outcomes), strict=True):
         entry: dict[str, Any] = {}
-        if o.result is not None and not o.same_program_as:
-            entry.update(o.result.report.to_json())
+        if o.report is not None and not o.same_program_as:
+            entry.update(o.report.to_json())
         entry.update(
             strategy=o.strategy,
             config=o.config,
@@ -288,7 +300,7 @@ def outcomes_json(outcomes: Sequence[StrategyOutcome]) -> list[dict[str, Any]]:
         )
         if o.same_program_as:
             entry["same_program_as"] = o.same_program_as
-        if o.result is None:
+        if o.report is None:
             entry["skipped"] = o.note or "no result"
         out.append(entry)
     return out

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.outputs.files import make_out_dir
+from simulator.process import MAX_JOBS_PER_CPU
 from simulator.sweep.executors import dask_client, run_dask, run_inline, run_point, run_processes
 from simulator.sweep.spec import (
     Axis,
@@ -58,6 +59,7 @@ from simulator.sweep.store import (
     append_row,
     load_journal,
     read_journal,
+    sweep_lock,
     table_rows,
     write_table,
 )
@@ -138,10 +140,6 @@ class _Recorder:
         self.written = time.monotonic()
 
 
-# Simulations are CPU-bound: more local workers than this per CPU only costs memory.
-MAX_JOBS_PER_CPU = 8
-
-
 def _check_options(jobs: int, fmt: str, dask_scheduler: str | None, dask_local: int | None) -> None:
     if fmt not in FORMATS:
         raise SweepError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
@@ -190,6 +188,26 @@ def run_sweep(
     _check_options(jobs, fmt, dask_scheduler, dask_local)
     t0 = time.perf_counter()
     out = make_out_dir(out_dir)  # a ConfigError naming --out, like every other command
+    with sweep_lock(out):
+        return _run_locked(
+            spec, out, t0, jobs, fmt, dask_scheduler, dask_local, dask_processes,
+            dask_timeout_s, retry_failed, progress,
+        )  # fmt: skip
+
+
+def _run_locked(
+    spec: SweepSpec,
+    out: Path,
+    t0: float,
+    jobs: int,
+    fmt: str,
+    dask_scheduler: str | None,
+    dask_local: int | None,
+    dask_processes: bool,
+    dask_timeout_s: float,
+    retry_failed: bool,
+    progress: Progress | None,
+) -> SweepOutcome:
     journal, table = out / JOURNAL, out / f"rows.{fmt}"
     pts = points(spec)
     previous = load_journal(journal, drop_failed=retry_failed)

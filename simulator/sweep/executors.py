@@ -7,11 +7,13 @@ a sweep. Dask is an optional dependency, imported only when a Dask executor is a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from simulator.config import validate_config
+from simulator.process import worker_pool
 from simulator.sweep.spec import SweepError, SweepPoint
 from simulator.sweep.store import flatten
 
@@ -38,8 +40,9 @@ def run_inline(todo: Sequence[SweepPoint]) -> Outcomes:
 
 
 def run_processes(todo: Sequence[SweepPoint], jobs: int) -> Outcomes:
-    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo))))
-    try:
+    """Points on local worker processes (simulator/process.py `worker_pool`: they die
+    with the sweep; a killed worker is one error line, the rows finished so far kept)."""
+    with worker_pool(max(1, min(jobs, len(todo))), "the sweep") as pool:
         pending: dict[Future[tuple[str, Any]], SweepPoint] = {
             pool.submit(run_point, p.data): p for p in todo
         }
@@ -47,8 +50,6 @@ def run_processes(todo: Sequence[SweepPoint], jobs: int) -> Outcomes:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
                 yield pending.pop(f), f.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def dask_client(
@@ -68,11 +69,7 @@ def dask_client(
             "dask is not installed (in the axsim checkout: pip install -e '.[dask]')"
         ) from None
     if scheduler:
-        try:
-            return Client(scheduler, timeout=f"{timeout_s}s"), None
-        except (OSError, TimeoutError, ValueError) as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise SweepError(f"--dask-scheduler {scheduler}: cannot reach it ({msg})") from None
+        return _connect(Client, scheduler, timeout_s), None
     cluster = LocalCluster(
         n_workers=local_workers,
         threads_per_worker=1,
@@ -81,6 +78,52 @@ def dask_client(
         silence_logs=logging.ERROR,
     )
     return Client(cluster), cluster
+
+
+# The schemes a scheduler address may have: axsim takes no TLS or UCX settings, so
+# tls:// and ucx:// failed inside distributed (TypeError tracebacks).
+DASK_SCHEMES = ("tcp",)
+
+
+def _connect(client_cls: Any, scheduler: str, timeout_s: float) -> Any:
+    """A Client on `scheduler`, or SweepError in one line within about `timeout_s`.
+
+    Why a thread with a deadline: distributed's own timeout covers the TCP connect, not
+    the handshake after it, so an address that accepts and stays silent (a stuck process,
+    an HTTP server) hung the sweep forever. The thread is a daemon: one that never
+    returns is abandoned with the process."""
+    scheme = scheduler.split("://", 1)[0] if "://" in scheduler else "tcp"
+    if scheme not in DASK_SCHEMES:
+        raise SweepError(
+            f"--dask-scheduler {scheduler}: give tcp://HOST:PORT (axsim has no settings for "
+            f"'{scheme}://')"
+        )
+    outcome: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            outcome["client"] = client_cls(scheduler, timeout=f"{timeout_s}s")
+        except Exception as e:  # any failure of distributed is this one line
+            outcome["error"] = e
+
+    worker = threading.Thread(target=connect, name="axsim-dask-connect", daemon=True)
+    worker.start()
+    worker.join(timeout_s + DASK_HANDSHAKE_GRACE_S)
+    if "client" in outcome:
+        return outcome["client"]
+    error = outcome.get("error")
+    if error is None:
+        raise SweepError(
+            f"--dask-scheduler {scheduler}: nothing answered as a Dask scheduler within "
+            f"{timeout_s:g} s (--dask-timeout); is it a scheduler's address?"
+        )
+    msg = str(error).splitlines()[0] if str(error) else type(error).__name__
+    raise SweepError(f"--dask-scheduler {scheduler}: cannot reach it ({msg})")
+
+
+# Seconds beyond --dask-timeout for distributed's own timeout to report first (its message
+# names what failed); the deadline itself bounds only a handshake that never ends.
+DASK_HANDSHAKE_GRACE_S = 2.0
 
 
 def run_dask(todo: Sequence[SweepPoint], client: Any, cluster: Any = None) -> Outcomes:

@@ -12,10 +12,12 @@ the old one, so readers never see half a table.
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +25,40 @@ from typing import Any
 from simulator.sweep.spec import SweepError, SweepPoint
 
 JOURNAL = "rows.jsonl"
+LOCK = "rows.lock"  # held (flock) by the sweep writing the folder; the kernel frees it
 DAMAGED = "rows.damaged.jsonl"  # journal lines that were not rows, kept for inspection
 LEAD_COLUMNS = ("config_hash", "status", "error")
 VOLATILE_COLUMNS = ("wall_time_s",)
 FORMATS = ("csv", "parquet")
+
+
+@contextmanager
+def sweep_lock(out: Path) -> Iterator[None]:
+    """Hold the folder's lock while a sweep reads and writes its journal: a second sweep
+    on the same --out is refused (two sweeps both computed everything, and a
+    `--retry-failed` rewriting the journal of a running sweep dropped 8 of its 20
+    finished rows). An advisory flock, released by the kernel when the process ends, so a
+    killed sweep leaves no stale lock."""
+    path = out / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise SweepError(f"--out {out}: cannot create {LOCK} ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise SweepError(
+            f"--out {out}: another sweep (pid {holder}) is writing this folder; wait for it "
+            "to finish or choose another folder"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
 
 
 def flatten(report: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -129,10 +129,7 @@ def calibrate_command(
         return
     if out is None:
         raise ConfigError("--out: give the calibration file to write (or --leave-one-out)")
-    # writing the fit over its own measurements would destroy them (found by the bad-input
-    # suite: `calibrate X.csv -o X.csv` replaced a benchmark table with the calibration)
-    if any(out.resolve() == p.resolve() for p in inputs):
-        raise ConfigError(f"--out: {out} is one of the inputs; writing it would replace them")
+    _refuse_overwriting_inputs(out, inputs)
     cal = calibrate(
         list(inputs), gpu=gpu, tolerance=tolerance, statistic=statistic,  # type: ignore[arg-type]
         gpus_per_node=gpus_per_node, host_terms=host_terms,
@@ -155,6 +152,36 @@ def calibrate_command(
             + _network_line(s["network_fit"])
         )
     click.echo(f"wrote {out}")
+
+
+def _refuse_overwriting_inputs(out: Path, inputs: tuple[Path, ...]) -> None:
+    """Writing the fit over its own measurements would destroy them (`calibrate X.csv -o
+    X.csv` replaced a benchmark table; `calibrate d/ -o d/m.csv` and a hard link to an
+    input did too): `out` may be no file an input names or holds, by path or by inode."""
+    from simulator.errors import ConfigError
+
+    try:
+        target = out.stat()
+    except OSError:  # absent (or unreadable: the write says why): then compare paths
+        target = None
+    for item in inputs:
+        try:
+            files = sorted(item.iterdir()) if item.is_dir() else [item]
+        except OSError:
+            continue  # the reader names an unreadable input
+        for f in files:
+            same = out.absolute() == f.absolute()
+            if target is not None and not same:
+                try:
+                    st = f.stat()
+                except OSError:
+                    continue
+                same = (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino)
+            if same:
+                raise ConfigError(
+                    f"--out {out} is the input {f}; writing the calibration would replace a "
+                    "measurement (choose another file)"
+                )
 
 
 def _log_options(

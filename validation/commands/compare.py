@@ -52,6 +52,7 @@ def compare_command(
     as_json: bool,
 ) -> int:
     """Simulate the traced run and print measured vs simulated (error %)."""
+    from simulator.outputs.text import printable
     from validation.compare import compare
 
     result = compare(traces, config, calibration, tolerance, machine, network)
@@ -63,7 +64,7 @@ def compare_command(
     for r in result.rows:
         err = "-" if r.error is None else f"{r.error:+.1%}"
         click.echo(
-            f"{r.scope:<10} {r.name:<16} {_fmt(r.measured_s):>12} {_fmt(r.simulated_s):>13} {err:>8}"
+            f"{r.scope:<10} {printable(r.name):<16} {_fmt(r.measured_s):>12} {_fmt(r.simulated_s):>13} {err:>8}"
         )
     steps = ", ".join(f"{s * 1e3:.1f}" for s in result.measured_steps_s)
     verdict = "within" if result.passed else "BEYOND"

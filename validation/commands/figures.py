@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -37,6 +36,11 @@ def register(app: click.Group) -> None:
         default=None,
         help="Worker processes (default: the number of CPUs).",
     )
+    @click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace the --out folder of an earlier run (whole, once the new one is done).",
+    )
     @click.option("--list", "list_only", is_flag=True, help="List the figures and exit.")
     @click.option(
         "--json",
@@ -52,13 +56,14 @@ def register(app: click.Group) -> None:
         only: str | None,
         reduced: bool,
         jobs: int | None,
+        overwrite: bool,
         list_only: bool,
         as_json: bool,
         progress: bool,
     ) -> None:
         """Regenerate the paper figures by simulation (PNG, SVG and a caption each)."""
-        from simulator.errors import ConfigError
-        from simulator.outputs.files import make_out_dir
+        from simulator.outputs.staging import check_out_folder, staged_folder
+        from simulator.process import check_jobs
         from validation.figures import select
         from validation.figures.runner import build_figures
 
@@ -67,32 +72,32 @@ def register(app: click.Group) -> None:
             for f in figures:
                 click.echo(f"{f.name:26s} {f.family:14s} {f.title}")
             return
-        if jobs is not None and jobs < 1:
-            raise ConfigError(f"--jobs must be positive, got {jobs}")
-        jobs = jobs or os.cpu_count() or 1
-        make_out_dir(out_dir)  # before minutes of simulations, not after
+        jobs = check_jobs(jobs)  # capped: -j 100000 started thousands of processes
+        check_out_folder(out_dir, overwrite=overwrite)  # before minutes of simulations
         timings: dict[str, float] = {}
-        with item_bar(progress, "figures", "figures") as bar:
-            outputs, wall = build_figures(
-                figures, Path(out_dir), reduced=reduced, jobs=jobs, progress=bar, timings=timings
-            )
-        summary = {
-            "wall_time_s": wall,
-            "reduced": reduced,
-            "task_wall_s": dict(sorted(timings.items(), key=lambda kv: -kv[1])),
-            "figures": [
-                {
-                    "name": o.name,
-                    "files": [str(p) for p in o.files],
-                    "numbers": o.numbers,
-                    "error": o.error,
-                }
-                for o in outputs
-            ],
-        }
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        summary = stamp(summary)
-        (Path(out_dir) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        # drawn into a staging folder that becomes --out once every figure and the
+        # summary are written: an interrupted run leaves the previous folder or none
+        with staged_folder(out_dir, "figures", overwrite=overwrite) as stage:
+            with item_bar(progress, "figures", "figures") as bar:
+                outputs, wall = build_figures(
+                    figures, stage, reduced=reduced, jobs=jobs, progress=bar, timings=timings
+                )
+            summary = {
+                "wall_time_s": wall,
+                "reduced": reduced,
+                "task_wall_s": dict(sorted(timings.items(), key=lambda kv: -kv[1])),
+                "figures": [
+                    {
+                        "name": o.name,
+                        "files": [str(Path(out_dir) / p.relative_to(stage)) for p in o.files],
+                        "numbers": o.numbers,
+                        "error": o.error,
+                    }
+                    for o in outputs
+                ],
+            }
+            summary = stamp(summary)
+            (stage / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         if as_json:
             click.echo(json.dumps(summary, default=str))
         else:

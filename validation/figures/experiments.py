@@ -323,7 +323,7 @@ def strategy_best(
     o = search_strategy(strategy, base, max_candidates=max_candidates)
     return {
         "strategy": strategy,
-        "report": trim(o.result.report.to_json()) if o.result is not None else None,
+        "report": trim(o.report.to_json()) if o.report is not None else None,
         "config": o.config,
         "max_batch_sequences": o.max_batch_sequences,
         "feasible": o.feasible,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,9 @@ def run_tasks(
             del pending[t.key]
             finished(t, _call(t, deps_of(t)))
         return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    from simulator.process import worker_pool
+
+    with worker_pool(min(jobs, total), "the figure tasks") as pool:
         running: dict[Future[Any], Task] = {}
         while pending or running:
             for t in ready_tasks():

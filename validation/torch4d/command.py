@@ -100,6 +100,11 @@ from validation.torch4d.config import (
     help="Parameter and activation dtype.",
 )
 @click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace the --out folder of an earlier run (whole, once the new one is done).",
+)
+@click.option(
     "--world-size",
     type=click.IntRange(min=1),
     help="Processes to spawn (default: the grid's product).",
@@ -121,6 +126,7 @@ def trace_torch(
     timing_steps: int | None,
     optimizer: str,
     dtype: str,
+    overwrite: bool,
     world_size: int | None,
 ) -> None:
     """Train a GPT block stack with the 4D algorithm on CPU/gloo (or CUDA/NCCL) and
@@ -147,29 +153,38 @@ def trace_torch(
             f"grid {grid} has {grid.world_size} ranks but the world size is {world_size}"
         )
     from simulator.outputs.files import make_out_dir
+    from simulator.outputs.staging import check_out_folder, staged_folder
 
-    make_out_dir(out_dir)  # a path that cannot be a folder fails now, not after training
-    from validation.torch4d.trace import run_trace  # imports torch
+    def trace(folder: Path) -> list[Path]:
+        from validation.torch4d.trace import run_trace  # imports torch
 
-    paths = run_trace(
-        grid,
-        model,
-        steps,
-        out_dir,
-        ov,
-        impl,
-        batch_size=batch_size,
-        seq_len=seq_len,
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        checkpoint=checkpoint,
-        warmup=warmup,
-        timing_steps=timing_steps,
-        optimizer=optimizer,
-        dtype=dtype,
-        world_size=world_size,
-    )
+        return run_trace(
+            grid,
+            model,
+            steps,
+            folder,
+            ov,
+            impl,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            hidden=hidden,
+            layers=layers,
+            heads=heads,
+            checkpoint=checkpoint,
+            warmup=warmup,
+            timing_steps=timing_steps,
+            optimizer=optimizer,
+            dtype=dtype,
+            world_size=world_size,
+        )
+
+    if "RANK" in os.environ:  # torchrun: every rank writes into the one folder it names
+        make_out_dir(out_dir)  # a path that cannot be a folder fails now, not after training
+        paths = trace(out_dir)
+    else:  # spawned here: staged, so an interrupted run leaves the previous folder or none
+        check_out_folder(out_dir, overwrite=overwrite)
+        with staged_folder(out_dir, "trace-torch", overwrite=overwrite) as stage:
+            paths = [out_dir / p.relative_to(stage) for p in trace(stage)]
     run_file = out_dir / "run.json"
     if os.environ.get("RANK", "0") == "0" and run_file.exists():  # spawner, or torchrun rank 0
         run = json.loads(run_file.read_text())

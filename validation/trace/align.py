@@ -41,8 +41,12 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
     for item in items:
         p = Path(item)
         if p.is_dir():
-            out.extend(
-                sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".gz")))
+            out.extend(  # hidden files (an axsim output folder's marker) are no traces
+                sorted(
+                    f
+                    for f in p.iterdir()
+                    if f.is_file() and f.name.endswith((".json", ".gz")) and f.name[0] != "."
+                )
             )
         elif p.exists():
             out.append(p)

@@ -23,10 +23,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from topologies.user_files import check_regular
 from validation.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_CHARS = 1 << 20
+# Bounds (the reader streams, so they bound time and memory, not what fits): a trace of
+# one rank is tens to hundreds of MB of JSON (../shared/traces: at most 8.4 MB; HTA loads
+# a whole rank's trace into memory), so 8 GiB of text is far beyond a real one; a gzip
+# bomb of a few MB decompresses to that and stops there instead of reading for hours.
+MAX_TRACE_FILE_BYTES = 8 << 30
+MAX_TRACE_CHARS = 8 << 30
+# One event is a few hundred bytes; a single JSON value of 256 MiB (one string that never
+# ends, say) is damage, and holding it would need gigabytes in the decoder.
+MAX_VALUE_CHARS = 256 << 20
 _WS = re.compile(r"[ \t\n\r]*")
 _SEP = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
@@ -39,8 +49,11 @@ def is_gzip(path: str | Path) -> bool:
 
 
 def open_text(path: str | Path) -> TextIO:
-    """Open a trace file as UTF-8 text, decompressing on the fly when it is gzipped."""
+    """Open a trace file as UTF-8 text, decompressing on the fly when it is gzipped; a
+    file that is not a regular file (a FIFO would block, /dev/zero never ends) or is
+    larger than MAX_TRACE_FILE_BYTES is refused."""
     try:
+        check_regular(path, MAX_TRACE_FILE_BYTES)
         if is_gzip(path):
             return io.TextIOWrapper(gzip.GzipFile(path, "rb"), encoding="utf-8-sig")
         return open(path, encoding="utf-8-sig")
@@ -66,6 +79,7 @@ class TraceStream:
         self._pos = 0
         self._eof = False
         self._has_events = False
+        self._chars_read = 0
 
     # -- buffer management -------------------------------------------------------------
     def _fail(self, problem: str) -> TraceError:
@@ -89,6 +103,14 @@ class TraceStream:
         if not text:
             self._eof = True
             return False
+        self._chars_read += len(text)
+        if self._chars_read > MAX_TRACE_CHARS:
+            raise self._fail(
+                f"more than {MAX_TRACE_CHARS >> 30} GiB of text (decompressed): not a trace "
+                "of one rank, or a gzip bomb"
+            )
+        if len(self._buf) - self._pos > MAX_VALUE_CHARS:
+            raise self._fail(f"one JSON value is larger than {MAX_VALUE_CHARS >> 20} MiB")
         self._buf += text
         return True
 

@@ -121,6 +121,11 @@ class ImplementationPreset:
     # first communicate before the iteration (the launcher's barrier on the world group)
     stream_pool: Literal["eager", "lazy"] = "eager"
     communicators_before: tuple[str, ...] = ("world",)
+    # the cross entropy the training code calls (workloads/loss.py): Megatron-AxoNN's
+    # GPT model calls Megatron's vocab_parallel_cross_entropy on output.float()
+    # (megatron/model/gpt_model.py post_language_model_processing); LitGPT and a user's
+    # script with the PyPI release, PyTorch's F.cross_entropy ("eager")
+    cross_entropy: str = "eager"
 
 
 PRESETS: dict[str, ImplementationPreset] = {
@@ -151,6 +156,7 @@ PRESETS: dict[str, ImplementationPreset] = {
     ),
     "sc24": ImplementationPreset(
         name="sc24",
+        cross_entropy="vocab-parallel",
         source=(
             "Megatron-AxoNN update-amd-script (2024-01-17) / gordon-bell-perlmutter "
             "(2024-03) on axonn before c5ef65d (2024-07-09)"

@@ -25,6 +25,7 @@ Overlap flags exactly as AxoNN defines them (reference/axonn-4d.md §Overlap):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from workloads.axonn.implementation import PRESETS, WeightPolicy
 from workloads.axonn.layers import LinearLayout, block_layouts, logits_layout
@@ -33,6 +34,7 @@ from workloads.axonn.schedule import AxonnCalls, Call
 from workloads.body_templates import BodyTemplate, copy_body, record_body
 from workloads.builder import ProgramBuilder, microbatch_copies
 from workloads.graph import Program
+from workloads.loss import emit_loss
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
 from workloads.ops import ComputeKind as C
@@ -57,6 +59,7 @@ class AxonnSetup:
     optimizer: str = "adam"
     flash_attention: bool = True
     compress_microbatches: bool = True
+    cross_entropy: str = "eager"  # the loss kernels (workloads/loss.py)
 
     def calls(self, spec: TransformerSpec) -> AxonnCalls:
         """The collective description of this setup (schedule.py)."""
@@ -120,6 +123,15 @@ class _Writer(BlockEmitter[LinearLayout]):
 
     def pass_name(self) -> str:
         return "recompute" if self.recompute else "fwd"
+
+    def _loss(self, phase: Literal["fwd", "bwd"], elems: float) -> None:
+        """The code's cross-entropy kernels over this GPU's logits (workloads/loss.py);
+        AxoNN's own loss reductions are issued by the caller."""
+
+        def compute(name: str, flops: float, nbytes: float) -> None:
+            self.b.compute(name, C.ELEMENTWISE, flops, nbytes)
+
+        emit_loss(compute, self.s.cross_entropy, phase, elems, self.db)
 
     def cached(self, layer: int | None = None) -> bool:
         """Does block `layer` (default: the one being emitted; -1 the head) cache?"""
@@ -263,10 +275,10 @@ class _Writer(BlockEmitter[LinearLayout]):
         self._blocks_forward()
         self.layernorm_forward("final_ln.fwd")
         self.linear_forward(lg, "logits", None)
-        self.elementwise("loss.fwd", M * lg.n_local, 3, 6)
+        self._loss("fwd", M * lg.n_local)
         self.issue(c.loss_reduce_4d(), "")
         b.phase = "bwd"
-        self.elementwise("loss.bwd", M * lg.n_local, 3, 4)
+        self._loss("bwd", M * lg.n_local)
         self.linear_backward(lg, "logits", reduce_scatter=False)
         self.layernorm_backward("final_ln.bwd")
         self._blocks_backward()
@@ -285,10 +297,10 @@ class _Writer(BlockEmitter[LinearLayout]):
         self._blocks_forward()
         self.layernorm_forward("final_ln.fwd")
         self.linear_forward(lg, "logits", None)
-        self.elementwise("loss.fwd", M * lg.n_local, 3, 6)
+        self._loss("fwd", M * lg.n_local)
         self.issue(c.loss_reduce_4d(), "")
         b.phase = "bwd"
-        self.elementwise("loss.bwd", M * lg.n_local, 3, 4)
+        self._loss("bwd", M * lg.n_local)
         self.linear_backward(lg, "logits")
         self.layernorm_backward("final_ln.bwd")
         self._blocks_backward()
@@ -307,11 +319,11 @@ class _Writer(BlockEmitter[LinearLayout]):
         self.layernorm_forward("final_ln.fwd")
         self.issue(c.transformer_gather(), "transformer_out.fwd")
         b.gemm("logits.fwd", M, vocab, sp.hidden, self.db)
-        self.elementwise("loss.fwd", M * vocab, 3, 6)
+        self._loss("fwd", M * vocab)
         for call in c.loss_statistics():
             self.issue(call, "loss")
         b.phase = "bwd"
-        self.elementwise("loss.bwd", M * vocab, 3, 4)
+        self._loss("bwd", M * vocab)
         b.gemm("logits.dI", M, sp.hidden, vocab, self.db)
         h = self.issue(c.logits_backward(), "logits.bwd", blocking=False)
         b.gemm("logits.dW", vocab, sp.hidden, M, self.db)

@@ -150,6 +150,7 @@ def build_axonn_workload(
         optimizer=training.optimizer,
         flash_attention=training.flash_attention,
         compress_microbatches=training.compress_microbatches,
+        cross_entropy=training.cross_entropy or preset_for(params).cross_entropy,
     )
     program = build_axonn_program(spec, setup)
     world = grid.size

@@ -24,7 +24,12 @@ from workloads.hybrid.params import (
     ZeroppHierParallel,
     ZeroppParallel,
 )
-from workloads.hybrid.resolve_frameworks import deepspeed_runtime, fsdp_runtime, hpz_level
+from workloads.hybrid.resolve_frameworks import (
+    deepspeed_runtime,
+    fsdp_runtime,
+    hpz_level,
+    zeropp_runtime,
+)
 from workloads.hybrid.setup import (
     HybridSetup,
     Recompute,
@@ -37,6 +42,15 @@ from workloads.models import TransformerSpec
 from workloads.run import ClusterShape, TrainingSetup, batch_sequences, divisors
 
 DEFAULT_BUCKET_ELEMS = 40_000_000
+# Most (stage, microbatch, virtual stage) forward passes a pipeline schedule may hold:
+# every stage's 1F1B order is built item by item before its ops, and passes that differ
+# (warm-up and cool-down of an interleaved schedule) are built in full, so the build grows
+# with pp x microbatches x virtual stages. Measured here: pp 512 x 4,096 microbatches (2^21)
+# ran past 147 CPU-s and 3.5 GB with no answer; pp 8 x 64 x 512 virtual stages (2^18)
+# ran past 15 minutes at 0.6 GB. The largest published configuration we model, GPT-3
+# 175B on 64 A100s (pp 8 x 1,536 microbatches x 3 virtual stages = 36,864; Narayanan et
+# al. 2021, Table 1), is inside 2^16 with room to spare.
+MAX_PIPELINE_PASSES = 2**16
 
 
 @dataclass(frozen=True, order=True)
@@ -77,12 +91,10 @@ def sharding_of(
         return _fsdp_sharding(params, params.granularity or "block", dtype_bytes, 1)
     if isinstance(params, FsdpTpParallel):
         return _fsdp_sharding(params, "block", dtype_bytes, 2)
-    fwd, bwd = params.forward_prefetch, params.backward_prefetch
     if isinstance(params, ZeroppParallel):
+        # DeepSpeed's ZeRO-3 runtime: per-module fetches (linear granularity)
         return ShardingSetup(
-            granularity=params.granularity,
-            forward_prefetch=fwd,
-            backward_prefetch=bwd,
+            granularity="linear",
             backward_level="node" if params.hpz else "global",
             gradient_level="node" if params.qgz else "global",
             qwz=params.qwz,
@@ -90,15 +102,14 @@ def sharding_of(
         )
     if isinstance(params, ZeroppHierParallel):
         return ShardingSetup(
-            granularity=params.granularity,
-            forward_prefetch=fwd,
-            backward_prefetch=bwd,
+            granularity="linear",
             forward_level=params.forward_partition,
             backward_level=params.backward_partition,
             gradient_level=params.gradient_partition,
             qwz=params.qwz,
             qgz=params.qgz,
         )
+    fwd, bwd = params.forward_prefetch, params.backward_prefetch
     again = params.reshard_after_forward
     return ShardingSetup(
         forward_prefetch=fwd,
@@ -250,6 +261,8 @@ def build_setup(
     elif isinstance(params, DeepSpeedParallel):
         ds = deepspeed_runtime(params, spec.dtype, spec.dtype_bytes)
         data_mode = "sharded" if params.zero_stage == 3 else "deepspeed"
+    elif isinstance(params, ZeroppParallel | ZeroppHierParallel):
+        ds = zeropp_runtime(params, spec.dtype, spec.dtype_bytes)
     shard = 1 if data_mode != "sharded" else _shard_default(params, cluster, dp)
     if dp % shard:
         raise WorkloadError(f"parallel.shard={shard} does not divide the {dp} data-parallel GPUs")
@@ -318,6 +331,8 @@ def default_cross_entropy(params: HybridParallel) -> str:
     eager PyTorch elsewhere (F.cross_entropy on logits.float(): torchtitan, HF)."""
     if isinstance(params, MegatronParallel | DeepSpeedParallel):
         return "vocab-parallel"
+    if isinstance(params, ZeroppParallel | ZeroppHierParallel):
+        return "vocab-parallel"  # DeepSpeed's ZeRO++ runs under Megatron-DeepSpeed / GPT-NeoX
     return "eager"
 
 
@@ -327,6 +342,15 @@ def check_setup(spec: TransformerSpec, setup: HybridSetup) -> None:
         check_tensor_parallel(spec, setup.tp, "parallel.tp")
     check_stages(spec, setup)
     check_context_parallel(spec, setup)
+    passes = setup.pp * setup.microbatches * setup.virtual_stages
+    if setup.pp > 1 and passes > MAX_PIPELINE_PASSES:
+        raise WorkloadError(
+            f"parallel.pp={setup.pp} x {setup.microbatches:,} microbatches x "
+            f"parallel.virtual_stages={setup.virtual_stages} = {passes:,} forward passes to "
+            f"schedule, more than the {MAX_PIPELINE_PASSES:,} axsim schedules per iteration: "
+            "use a larger training.microbatch_sequences, a smaller training.batch_tokens "
+            "or fewer parallel.virtual_stages"
+        )
     if setup.virtual_stages > 1 and setup.microbatches % setup.pp:
         raise WorkloadError(
             f"parallel.virtual_stages: the interleaved schedule needs the {setup.microbatches} "

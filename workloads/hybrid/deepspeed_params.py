@@ -30,7 +30,24 @@ from workloads.hybrid.fsdp_params import DtypeName
 MAX_ELEMS = 2**50  # a bound far beyond any bucket (a typo fails at once)
 
 
-class DeepSpeedParallel(UserModel):
+class Zero3Options(UserModel):
+    """DeepSpeed's ZeRO-3 runtime options (zero_optimization keys, DeepSpeed's defaults),
+    shared by `deepspeed` and the ZeRO++ strategies (`zeropp`, `zeropp-hier`), which
+    run DeepSpeedZeroOptimizer_Stage3 with its PartitionedParameterCoordinator
+    (workloads/hybrid/zero3_runtime.py). overlap_comm None: DeepSpeed's default (on for
+    stage 3)."""
+
+    reduce_bucket_size: int = Field(default=500_000_000, ge=1, le=MAX_ELEMS)
+    overlap_comm: bool | None = None
+    contiguous_gradients: bool = True
+    stage3_prefetch_bucket_size: int = Field(default=50_000_000, ge=0, le=MAX_ELEMS)
+    stage3_max_live_parameters: int = Field(default=1_000_000_000, ge=0, le=MAX_ELEMS)
+    stage3_max_reuse_distance: int = Field(default=1_000_000_000, ge=0, le=MAX_ELEMS)
+    stage3_param_persistence_threshold: int = Field(default=100_000, ge=0, le=MAX_ELEMS)
+    communication_data_type: DtypeName | None = None
+
+
+class DeepSpeedParallel(Zero3Options):
     """DeepSpeed ZeRO stages 0-3 with Megatron-DeepSpeed tensor parallelism and
     DeepSpeed's pipeline engine (see the module docstring for the option names)."""
 
@@ -41,17 +58,9 @@ class DeepSpeedParallel(UserModel):
     # transformer layers per pipeline stage (PipelineModule's partition_method, e.g.
     # 'type:transformer|embedding' counting the embedding as a layer: BLOOM's [5, 6 x 10, 5])
     layers_per_stage: tuple[int, ...] | None = Field(default=None, min_length=1, max_length=4096)
-    reduce_bucket_size: int = Field(default=500_000_000, ge=1, le=MAX_ELEMS)
     allgather_bucket_size: int = Field(default=500_000_000, ge=1, le=MAX_ELEMS)
-    overlap_comm: bool | None = None
-    contiguous_gradients: bool = True
     reduce_scatter: bool = True
-    stage3_prefetch_bucket_size: int = Field(default=50_000_000, ge=0, le=MAX_ELEMS)
-    stage3_max_live_parameters: int = Field(default=1_000_000_000, ge=0, le=MAX_ELEMS)
-    stage3_max_reuse_distance: int = Field(default=1_000_000_000, ge=0, le=MAX_ELEMS)
-    stage3_param_persistence_threshold: int = Field(default=100_000, ge=0, le=MAX_ELEMS)
     grad_accum_dtype: DtypeName | None = None
-    communication_data_type: DtypeName | None = None
     zero_quantized_weights: bool = False
     zero_quantized_gradients: bool = False
     zero_hpz_partition_size: int = Field(default=1, ge=1, le=2**18)

@@ -30,7 +30,8 @@ DeepSpeed (deepspeed/runtime, commit 38327e0):
   (4 P/dp), master and Adam 12 P/dp, the contiguous ipg bucket buffers
   (reduce_bucket_size elements, two with overlap_comm);
 - Stage 3: bf16 partition 2 P/N, gradient partition (grad_accum dtype) P/N, master and Adam
-  12 P/N, persistent parameters whole, the ipg bucket buffer, the fp32 gradient of one
+  12 P/N, persistent parameters whole, hpZ's secondary partition (2 P/k for a partition of
+  k GPUs) and the Frontier hierarchy's forward partition likewise, the ipg bucket buffer, the fp32 gradient of one
   optimizer sub-group (sub_group_size, 1e9 elements) at the step, and the coordinator's
   peak of gathered parameters (workloads/hybrid/zero3_plan.py).
 """
@@ -40,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workloads.hybrid.frameworks import DeepSpeedRuntime, FsdpRuntime
+from workloads.hybrid.groups import LEVEL_GROUP, group_size
 from workloads.hybrid.setup import HybridSetup, block_params, stage_param_counts
 from workloads.hybrid.zero3_runtime import persistent_elems, zero3_plan
 from workloads.models import TransformerSpec
@@ -128,8 +130,12 @@ def deepspeed_states(
         persist, _ = persistent_elems(spec, setup, rt)
         plan = zero3_plan(spec, setup, rt)
         sub = min(total / n, SUB_GROUP_ELEMS)
+        # hpZ's secondary partition (_partition_param_sec: the compute dtype, 1/k of each
+        # partitioned parameter) and the Frontier hierarchy's forward partition
+        levels = {setup.sharding.forward_level, setup.sharding.backward_level} - {"global"}
+        extra = sum(1.0 / group_size(setup, LEVEL_GROUP[lv]) for lv in levels)
         return StateMemory(
-            weights=db * (total / n + persist),
+            weights=db * (total / n + persist + extra * (total - persist)),
             gradients=rt.grad_accum_bytes * total / n,
             optimizer=master * total / n,
             gathered_weights=db * plan.peak_available,

@@ -27,6 +27,8 @@ weight ('linear', with AxoNN-style prefetch of the next weight in module order).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from workloads.fp8 import LinearPrecision
 from workloads.hybrid.buckets import GradBuckets
 from workloads.hybrid.context import ContextParallelAttention
@@ -48,8 +50,10 @@ from workloads.hybrid.sharding import Gather, Sharder
 from workloads.hybrid.streams import StreamBuilder
 from workloads.hybrid.tp_overlap import TpOverlap
 from workloads.hybrid.zero3_runtime import Zero3Runtime
+from workloads.loss import emit_loss, loss_steps
 from workloads.models import TransformerSpec
 from workloads.ops import CollectiveKind as K
+from workloads.ops import ComputeKind as C
 from workloads.transformer import LINEAR_NAMES, BlockEmitter
 
 
@@ -463,11 +467,28 @@ class StageEmitter(BlockEmitter[TpLinear]):
         self.linear_forward(self.lg, "logits", None)
         if self.spec.output_bias:  # GPT-J's lm_head bias: read and write the logits
             self.elementwise("logits.bias.fwd", M * self.lg.n_local, 2)
-        self.elementwise("loss.fwd", M * self.lg.n_local, 3, 6)
-        self.tp_collective("loss.ar_tp", K.ALL_REDUCE, 2 * M * 4)
+        self._loss("fwd")
+
+    def _loss(self, phase: Literal["fwd", "bwd"]) -> None:
+        """The loss kernels of the framework's cross entropy over this GPU's logits
+        (workloads/loss.py), with the TP all-reduces of per-token values between them
+        (Megatron's max, predicted logit and sum of exponentials; one all-reduce of two
+        per-token values for the others, a vocabulary split they do not do natively)."""
+        impl = self.setup.cross_entropy
+        M = self.M
+
+        def compute(name: str, flops: float, nbytes: float) -> None:
+            self.b.compute(name, C.ELEMENTWISE, flops, nbytes)
+
+        def reduce(name: str) -> None:
+            self.tp_collective(name, K.ALL_REDUCE, M * 4)
+
+        emit_loss(compute, impl, phase, M * self.lg.n_local, self.db, reduce)
+        if phase == "fwd" and not any(loss_steps(impl, "fwd").reduce_after.values()):
+            self.tp_collective("loss.ar_tp", K.ALL_REDUCE, 2 * M * 4)
 
     def head_backward(self) -> None:
-        self.elementwise("loss.bwd", self.M * self.lg.n_local, 3, 4)
+        self._loss("bwd")
         if self.spec.output_bias:  # its gradient: a sum over the tokens
             self.elementwise("logits.bias.bwd", self.M * self.lg.n_local, 1)
         self.linear_backward(self.lg, "logits")

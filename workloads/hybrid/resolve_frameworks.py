@@ -7,7 +7,7 @@ source of each rule is named next to it).
 from __future__ import annotations
 
 from workloads.errors import WorkloadError
-from workloads.hybrid.deepspeed_params import DeepSpeedParallel
+from workloads.hybrid.deepspeed_params import DeepSpeedParallel, Zero3Options
 from workloads.hybrid.frameworks import DeepSpeedRuntime, FsdpRuntime, OptimizerPath
 from workloads.hybrid.fsdp_params import DTYPE_BYTES, FsdpOptions, backward_prefetch_mode
 
@@ -92,6 +92,14 @@ def deepspeed_runtime(params: DeepSpeedParallel, dtype: str, dtype_bytes: int) -
         persistence_threshold_elems=params.stage3_param_persistence_threshold,
         pipeline=(params.pp or 1) > 1,
     )
+
+
+def zeropp_runtime(params: Zero3Options, dtype: str, dtype_bytes: int) -> DeepSpeedRuntime:
+    """The runtime of the ZeRO++ strategies: DeepSpeedZeroOptimizer_Stage3 with their
+    ZeRO-3 options, exactly as `deepspeed` resolves `zero_stage: 3` with the same keys."""
+    fields = set(Zero3Options.model_fields)
+    same = DeepSpeedParallel(zero_stage=3, **{f: getattr(params, f) for f in fields})
+    return deepspeed_runtime(same, dtype, dtype_bytes)
 
 
 def hpz_level(params: DeepSpeedParallel, gpus_per_node: int) -> str:

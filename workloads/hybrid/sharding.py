@@ -17,11 +17,23 @@ int4 all-to-all between a quantise and a dequantise-and-reduce kernel, the whole
 a reduction side stream (DeepSpeed's qgZ), so the backward keeps computing. HSDP adds an
 all-reduce of the shard over the replicas once the gradients are final.
 
-Quantisation kernels are memory-bound QUANTIZE ops. Their fp32 scale factors travel in
-a collective of their own right after the data, as DeepSpeed issues them: qwZ all-gathers
-one scale per group of about QWZ_GROUP_ELEMS weights (`quant_handle`), qgZ's all-to-alls
-one scale per row or column group (`all_to_all_single(scale_output, ...)`). Their bytes
-are small; what they add is one more collective's latency.
+Quantisation kernels are memory-bound QUANTIZE ops with the bytes DeepSpeed's kernels
+move (csrc/quantization, commit 38327e0): `quantize` reads the fp16 shard and writes int8
+(qwZ); `dequantize` reads int8/int4 and writes fp16; `swizzle_quant` reads the fp16
+gradient and writes int4 in the order of the all-to-all; `quantized_reduction` reads the
+int4 pieces of all k peers of a level and writes their dequantised sum requantised to int4,
+1/k of its input (pt_binding.cpp: output = input / devices_per_node). Their fp32 scale
+factors travel in a collective of their own right after the data, as DeepSpeed issues
+them: qwZ all-gathers one scale per group of about QWZ_GROUP_ELEMS weights
+(`quant_handle`), qgZ's all-to-alls one scale per row or column group
+(`all_to_all_single(scale_output, ...)`). Their bytes are small; what they add is one
+more collective's latency.
+
+Coalesced gathers (DeepSpeed's `all_gather_coalesced` of more than one parameter) also
+copy: the shards are concatenated into one buffer before the collective (or before the
+quantise kernel), and after it every parameter is cut out of the gathered buffer with a
+`torch.cat` of its world-size pieces (AllGatherCoalescedHandle.wait), a copy of the whole
+gathered output; a single parameter is gathered in place.
 """
 
 from __future__ import annotations
@@ -47,13 +59,15 @@ QGZ_STREAM = "qgz"
 
 @dataclass(frozen=True)
 class Gather:
-    """An all-gather in flight: its handle, output elements, whether it is int8."""
+    """An all-gather in flight: its handle, output elements, whether it is int8 and
+    whether it gathered several parameters at once (then cut apart by a copy)."""
 
     handle: int
     elems: float
     quantized: bool
     tag: str
     scales: int = -1  # the all-gather of the int8 scales (qwZ), if any
+    coalesced: bool = False
 
 
 class Sharder:
@@ -83,36 +97,59 @@ class Sharder:
         return group_size(self.setup, group)
 
     def gather(
-        self, tag: str, elems: float, backward: bool, blocking: bool, stream: str | None = None
+        self,
+        tag: str,
+        elems: float,
+        backward: bool,
+        blocking: bool,
+        stream: str | None = None,
+        coalesced: bool = False,
+        level: str | None = None,
     ) -> Gather:
         """All-gather `elems` weight elements (the gathered size) for forward or backward.
 
         `stream`: issue it from that side stream (DeepSpeed's allgather stream) instead of
         after the compute issued so far: the quantise kernel runs there and the
-        collective waits for nothing on the compute stream."""
-        group = LEVEL_GROUP[self.level(backward)]
+        collective waits for nothing on the compute stream. `coalesced`: several
+        parameters in one call (their shards concatenated first, DeepSpeed's
+        `all_gather_coalesced`). `level`: the partition it reads, when the caller knows it
+        (DeepSpeed's per-parameter `ds_secondary_tensor`), else `level(backward)`."""
+        group = LEVEL_GROUP[level or self.level(backward)]
         size = self._size(group)
         if size == 1:
             return Gather(-1, elems, False, tag)
         quant = self.sh.qwz
         deps: tuple[int, ...] = ()
+        shard = elems / size
+        if coalesced:  # torch.cat of the shards into the flat send buffer
+            deps = (self._kernel(f"{tag}.cat_shards", C.MEMCPY, 0.0, 2 * self.db * shard, stream),)
         if quant:
-            shard = elems / size
-            name, flops, nbytes = f"{tag}.qwz.quant", 2.0 * shard, (self.db + INT8_BYTES) * shard
-            if stream is None:
-                self.b.compute(name, C.QUANTIZE, flops, nbytes)
-            else:
-                deps = (self.b.side_compute(name, C.QUANTIZE, flops, nbytes, stream),)
+            flops, nbytes = 2.0 * shard, (self.db + INT8_BYTES) * shard
+            deps = (self._kernel(f"{tag}.qwz.quant", C.QUANTIZE, flops, nbytes, stream, deps),)
         nbytes = elems * (INT8_BYTES if quant else self.db)
         h = self._collective(f"{tag}.ag_{group}", group, nbytes, stream, deps)
         scales = -1
         if quant:
             scale_bytes = SCALE_BYTES * math.ceil(elems / QWZ_GROUP_ELEMS)
             scales = self._collective(f"{tag}.ag_{group}.scales", group, scale_bytes, stream, ())
-        g = Gather(h, elems, quant, tag, scales)
+        g = Gather(h, elems, quant, tag, scales, coalesced)
         if blocking:
             self.finish(g)
         return g
+
+    def _kernel(
+        self,
+        name: str,
+        kind: C,
+        flops: float,
+        nbytes: float,
+        stream: str | None,
+        deps: tuple[int, ...] = (),
+    ) -> int:
+        """A kernel on the compute stream (stream None) or on a side stream."""
+        if stream is None:
+            return self.b.compute(name, kind, flops, nbytes)
+        return self.b.side_compute(name, kind, flops, nbytes, stream, deps)
 
     def _collective(
         self, name: str, group: str, nbytes: float, stream: str | None, deps: tuple[int, ...]
@@ -121,17 +158,33 @@ class Sharder:
             return self.b.collective(name, K.ALL_GATHER, group, nbytes, blocking=False)
         return self.b.side_collective(name, K.ALL_GATHER, group, nbytes, comm_stream(group), deps)
 
-    def finish(self, g: Gather) -> None:
-        """Wait for a gather (and dequantise an int8 one)."""
+    def finish(self, g: Gather, stream: str | None = None) -> None:
+        """Wait for a gather (and dequantise an int8 one, and cut a coalesced one apart).
+
+        `stream`: do that work on the side stream (DeepSpeed waits for its handles inside
+        `with stream(allgather_stream)`, so the dequantise kernel and the copies run
+        there), then make the compute stream wait for it (`wait_stream`)."""
         if g.handle < 0:
             return
-        self.b.wait(g.handle)
-        if g.scales >= 0:
-            self.b.wait(g.scales)
+        if stream is None:
+            self.b.wait(g.handle)
+            if g.scales >= 0:
+                self.b.wait(g.scales)
+            deps: tuple[int, ...] = ()
+        else:
+            deps = (g.handle, *((g.scales,) if g.scales >= 0 else ()))
+        last = None
         if g.quantized:
-            self.b.compute(
-                f"{g.tag}.qwz.dequant", C.QUANTIZE, 2.0 * g.elems, (INT8_BYTES + self.db) * g.elems
+            flops, nbytes = 2.0 * g.elems, (INT8_BYTES + self.db) * g.elems
+            last = self._kernel(f"{g.tag}.qwz.dequant", C.QUANTIZE, flops, nbytes, stream, deps)
+            deps = (last,)
+        if g.coalesced:  # each parameter: torch.cat of its world-size pieces
+            last = self._kernel(
+                f"{g.tag}.cat_params", C.MEMCPY, 0.0, 2 * self.db * g.elems, stream, deps
             )
+        if stream is not None:
+            for target in (last,) if last is not None else deps:
+                self.b.wait(target)
 
     def reduce(self, tag: str, elems: float, last: bool, max_dim: int = 0) -> None:
         """Reduce `elems` gradient elements into shards (every microbatch unless
@@ -174,30 +227,90 @@ class Sharder:
     def _qgz_chain(
         self, tag: str, elems: float, levels: list[str], max_dim: int
     ) -> tuple[int | None, float]:
-        b, s = self.b, QGZ_STREAM
-        # DeepSpeed's all_to_all_quant_reduce: max(rows, columns, world) int4 groups
-        groups = max(max_dim, self.setup.world)
-        deps = b.last_compute()
-        tail: int | None = None
-        cur = elems
+        tail = self.qgz_reduce(tag, elems, max_dim, QGZ_STREAM, self.b.last_compute(), levels)
+        final = elems
         for g in levels:
+            final /= self._size(g)
+        return tail, final
+
+    def qgz_reduce(
+        self,
+        tag: str,
+        elems: float,
+        max_dim: int,
+        stream: str,
+        deps: tuple[int, ...],
+        levels: list[str] | None = None,
+    ) -> int:
+        """DeepSpeed's `all_to_all_quant_reduce` of one 2-D gradient (runtime/comm/
+        coalesced_collectives.py, commit 38327e0) over the levels of the gradient
+        hierarchy (ZeRO++: node, then across nodes; the Frontier hierarchy: pair, node,
+        across nodes): `swizzle_quant` to int4, then per level an all-to-all of the data
+        and one of its scales; between levels `quantized_reduction` (the k pieces summed,
+        requantised, 1/k the size); after the last, `dequantize` and the Python
+        `sum(chunks) / num_nodes` (one add per chunk, then a divide: small kernels).
+        Kernels run on `stream`, each collective on its communicator's stream after the
+        kernel before it (all_to_all_single is synchronous: the next kernel waits).
+        Returns the last op."""
+        b = self.b
+        if levels is None:
+            levels = [g for g in gradient_groups(self.sh.gradient_level) if self._size(g) > 1]
+        # intra_quant_group = max(rows, columns, world); inter = intra // local world size
+        groups = max(max_dim, self.setup.world)
+        cur = elems
+        tail = b.side_compute(
+            f"{tag}.qgz.swizzle_quant",
+            C.QUANTIZE,
+            4.0 * cur,
+            (self.db + INT4_BYTES) * cur + SCALE_BYTES * groups,
+            stream,
+            deps,
+        )
+        for i, g in enumerate(levels):
             k = self._size(g)
-            b.side_compute(
-                f"{tag}.qgz.quant_{g}", C.QUANTIZE, 4.0 * cur, (self.db + INT4_BYTES) * cur, s, deps
+            data = b.side_collective(
+                f"{tag}.qgz.a2a_{g}", K.ALL_TO_ALL, g, INT4_BYTES * cur, comm_stream(g), (tail,)
             )
-            deps = ()
-            b.side_collective(f"{tag}.qgz.a2a_{g}", K.ALL_TO_ALL, g, INT4_BYTES * cur, s)
-            b.side_collective(f"{tag}.qgz.a2a_{g}.scales", K.ALL_TO_ALL, g, SCALE_BYTES * groups, s)
+            scales = b.side_collective(
+                f"{tag}.qgz.a2a_{g}.scales",
+                K.ALL_TO_ALL,
+                g,
+                SCALE_BYTES * groups,
+                comm_stream(g),
+                (tail,),
+            )
+            if i < len(levels) - 1:
+                out_groups = max(groups // k, 1)
+                tail = b.side_compute(
+                    f"{tag}.qgz.quantized_reduction_{g}",
+                    C.QUANTIZE,
+                    3.0 * cur,
+                    INT4_BYTES * cur * (1 + 1 / k) + SCALE_BYTES * (groups + out_groups),
+                    stream,
+                    (data, scales),
+                )
+                cur /= k
+                groups = out_groups
+                continue
             tail = b.side_compute(
-                f"{tag}.qgz.dequant_reduce_{g}",
+                f"{tag}.qgz.dequant",
                 C.QUANTIZE,
                 2.0 * cur,
-                INT4_BYTES * cur + self.db * cur / k,
-                s,
+                (INT4_BYTES + self.db) * cur,
+                stream,
+                (data, scales),
             )
-            cur /= k
-            groups = max(groups // k, 1)  # inter_quant_group = intra_quant_group // local size
-        return tail, cur
+            piece = cur / k
+            # sum(list(final_output.chunk(k))): 0 + c0, + c1, ..., + c(k-1); then / k
+            for j in range(k):
+                reads = 1 if j == 0 else 2
+                tail = b.side_compute(
+                    f"{tag}.qgz.sum{j}", C.ELEMENTWISE, piece, (reads + 1) * self.db * piece, stream
+                )
+            tail = b.side_compute(
+                f"{tag}.qgz.average", C.ELEMENTWISE, piece, 2 * self.db * piece, stream
+            )
+        return tail
 
     def wait_pending(self, name: str = "wait:grads") -> None:
         """The compute stream waits for every outstanding gradient reduction."""

@@ -37,8 +37,10 @@ class StreamBuilder(ProgramBuilder):
         nbytes: float,
         stream: str,
         deps: tuple[int, ...] = (),
+        sms: int | None = None,
     ) -> int:
-        """A collective on `stream` instead of its group's communicator stream."""
+        """A collective on `stream` instead of its group's communicator stream (`sms`:
+        the SMs its kernels hold where the software fixes them, CollectiveOp.sms)."""
         idx = len(self.ops)
         self.ops.append(
             CollectiveOp(
@@ -52,6 +54,7 @@ class StreamBuilder(ProgramBuilder):
                 0,
                 None,
                 self.phase,
+                sms=sms,
             )
         )
         return idx

@@ -36,7 +36,10 @@ comm_gemm_overlap.cpp):
 
 Userbuffers collectives are launched from TE's C++ (no c10d work objects): they run on
 their own streams (`UB_STREAMS`), which the kernel model prices at a kernel launch's host
-cost. FP8 (workloads/fp8.py): the all-gathered buffers are FP8 (`fp8_buf` for the
+cost. Each carries the SMs it holds (`CollectiveOp.sms`: num_sm for pipeline and bulk,
+none for copy-engine ring exchanges), which the interference model takes as its footprint
+instead of NCCL's channels; a GEMM with an SM margin loses nothing to those that fit in
+its margin (simulator/cost/interference.py, one place for both). FP8 (workloads/fp8.py): the all-gathered buffers are FP8 (`fp8_buf` for the
 all-gather layers), the reduce-scatters bf16.
 """
 
@@ -56,6 +59,12 @@ if TYPE_CHECKING:
 UB_P2P_STREAM = f"{USERBUFFERS_STREAM_PREFIX}:p2p"  # ring exchanges (send + receive)
 UB_COMM_STREAM = f"{USERBUFFERS_STREAM_PREFIX}:comm"  # pipeline and bulk collectives
 UB_STREAMS = (UB_P2P_STREAM, UB_COMM_STREAM)
+CE_SMS = 0
+"""SMs a ring exchange holds: the copy engines move the data (use_ce, cudaMemcpyAsync)
+and the flag kernels are single-thread blocks (userbuffers.cu `userbuffers_send` with
+signalonly: SETUP_LAUNCH_CONFIG(1, 1); push-mode `kuserbuffers_pushrecv<<<1, 1>>>`) that
+fit beside a GEMM's CTA on its SM. Pipeline and bulk kernels launch `num_sm` blocks of
+1,024 threads: whole SMs (their `sms`)."""
 
 
 class TpOverlap:
@@ -91,7 +100,13 @@ class TpOverlap:
             h = None
             if i < self.t - 1:
                 h = b.side_collective(
-                    f"{tag}.ub_ag{i}", K.RING_EXCHANGE, "tp", ex_bytes, UB_P2P_STREAM, prev
+                    f"{tag}.ub_ag{i}",
+                    K.RING_EXCHANGE,
+                    "tp",
+                    ex_bytes,
+                    UB_P2P_STREAM,
+                    prev,
+                    sms=CE_SMS,
                 )
                 prev = ()
             self.prec.gemm(f"{tag}{i}", lay.name, rows, n, k)
@@ -114,6 +129,7 @@ class TpOverlap:
                 rows * lay.n * self.db,
                 UB_COMM_STREAM,
                 (g,),
+                sms=self.cfg.comm_sms,
             )
         b.wait(h)
 
@@ -127,7 +143,13 @@ class TpOverlap:
         for i in range(self.t):
             if i > 0:
                 h = b.side_collective(
-                    f"{tag}.ub_rs{i - 1}.fwd", K.RING_EXCHANGE, "tp", chunk, UB_P2P_STREAM, (g,)
+                    f"{tag}.ub_rs{i - 1}.fwd",
+                    K.RING_EXCHANGE,
+                    "tp",
+                    chunk,
+                    UB_P2P_STREAM,
+                    (g,),
+                    sms=CE_SMS,
                 )
             g = self.prec.gemm(
                 f"{tag}.fwd{i}", lay.name, rows, lay.n_local, lay.k_local, self.cfg.ring_rs_margin
@@ -168,14 +190,14 @@ class TpOverlap:
         gb = self.prec.gather_bytes(lay.name)
         ag = b.side_collective(
             f"{tag}.ub_ag.input", K.ALL_GATHER, "tp", M * lay.k * gb, UB_COMM_STREAM,
-            b.last_compute(),
+            b.last_compute(), sms=self.cfg.comm_sms,
         )  # fmt: skip
         g = self.prec.gemm(f"{tag}.dI", lay.name, M, lay.k_local, lay.n_local, margin)
         b.wait(ag)
         self.prec.gathered_transpose(lay.name, f"{tag}.input", M * lay.k)
         rs = b.side_collective(
             f"{tag}.ub_rs.bwd", K.REDUCE_SCATTER, "tp", M * lay.k * self.db, UB_COMM_STREAM,
-            (g,),
+            (g,), sms=self.cfg.comm_sms,
         )  # fmt: skip
         self.prec.gemm(f"{tag}.dW", lay.name, lay.k_local, lay.n_local, M, margin)
         b.wait(rs)

@@ -33,11 +33,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Param:
-    """A parameter: its name, elements and whether it is persistent."""
+    """A parameter: its name, elements, whether it is persistent and whether it is 1-D
+    (a bias or norm: qgZ reduce-scatters those instead of quantising them)."""
 
     name: str
     numel: float
     persistent: bool
+    vector: bool = False
 
 
 @dataclass(frozen=True)

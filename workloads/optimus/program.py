@@ -66,6 +66,7 @@ class OptimusSetup:
     flash_attention: bool = True
     compress_microbatches: bool = True
     bucket_elems: int = 40_000_000
+    mesh_layout: str = "rows"
 
     @property
     def world(self) -> int:

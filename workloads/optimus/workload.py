@@ -13,11 +13,31 @@ from workloads.optimus.params import OptimusParallel
 from workloads.optimus.program import OptimusSetup, build_optimus_program
 from workloads.run import ClusterShape, TrainingSetup, batch_sequences, divisors
 
+NODE_BLOCK_GPUS = 4  # rank_rearrange: "for TACC, otherwise please not rank-rearrange"
 
-def optimus_groups(q: int, data: int) -> ProcessGroups:
-    """row (same mesh row, consecutive ranks), col (same mesh column, stride q) and dp
-    (the same mesh position in every replica). Rank = j + q·i + q²·replica."""
-    ranks = np.arange(q * q * data, dtype=np.int64).reshape(data, q, q)
+
+def mesh_ranks(q: int, data: int, layout: str = "rows") -> np.ndarray:
+    """GPU rank of every mesh position, shape (data, q, q) = (replica, row i, column j).
+
+    'rows': rank = j + q·i + q²·replica. 'node-blocks': the released code's
+    rank_rearrange (xuqifan897/Optimus summa/arguments.py, commit 79c67d8): the GPU of
+    SLURM rank r serves mesh position (2·(b // (q/2)) + l // 2, 2·(b % (q/2)) + l % 2)
+    with b = (r mod q²) // 4 its node within the replica and l = r mod 4 its GPU there,
+    so each 4-GPU node holds a 2 x 2 block."""
+    if layout == "rows":
+        return np.arange(q * q * data, dtype=np.int64).reshape(data, q, q)
+    i = np.arange(q)[:, None]
+    j = np.arange(q)[None, :]
+    block = (i // 2) * (q // 2) + j // 2
+    local = (i % 2) * 2 + j % 2
+    within = (block * NODE_BLOCK_GPUS + local).astype(np.int64)
+    return np.stack([r * q * q + within for r in range(data)])
+
+
+def optimus_groups(q: int, data: int, layout: str = "rows") -> ProcessGroups:
+    """row (same mesh row), col (same mesh column) and dp (the same mesh position in
+    every replica), members in mesh order, placed by `layout` (mesh_ranks)."""
+    ranks = mesh_ranks(q, data, layout)
     return ProcessGroups(
         q * q * data,
         {
@@ -60,6 +80,11 @@ def optimus_setup(
 ) -> OptimusSetup:
     """A validated setup for mesh side q and a per-mesh microbatch."""
     data = check_mesh(spec, q, gpus, params.data)
+    if params.mesh_layout == "node-blocks" and q % 2:
+        raise WorkloadError(
+            f"parallel.mesh_layout=node-blocks puts a 2 x 2 block of the mesh on each node; "
+            f"q={q} is odd"
+        )
     seqs = batch_sequences(spec, training)
     if seqs % data:
         raise WorkloadError(
@@ -82,6 +107,7 @@ def optimus_setup(
         flash_attention=training.flash_attention,
         compress_microbatches=training.compress_microbatches,
         bucket_elems=max(40_000_000, 1_000_000 * data),
+        mesh_layout=params.mesh_layout,
     )
 
 
@@ -89,6 +115,11 @@ def candidate_optimus_setups(
     spec: TransformerSpec, params: OptimusParallel, training: TrainingSetup, cluster: ClusterShape
 ) -> list[OptimusSetup]:
     """Every valid (q, microbatch) configuration, smallest mesh first."""
+    if params.mesh_layout == "node-blocks" and cluster.gpus_per_node != NODE_BLOCK_GPUS:
+        raise WorkloadError(
+            f"parallel.mesh_layout=node-blocks is the released code's rank_rearrange for "
+            f"{NODE_BLOCK_GPUS}-GPU nodes (this machine has {cluster.gpus_per_node} per node)"
+        )
     qs = (
         [params.q] if params.q else [q for q in range(1, cluster.gpus + 1) if q * q <= cluster.gpus]
     )
@@ -142,7 +173,7 @@ def build_optimus_workload(spec: TransformerSpec, setup: OptimusSetup) -> OpGrap
         world_size=world,
         programs=(program,),
         rank_program=np.zeros(world, dtype=np.int64),
-        groups=optimus_groups(setup.q, setup.data),
+        groups=optimus_groups(setup.q, setup.data, setup.mesh_layout),
         rank_class=np.zeros(world, dtype=np.int64),
         name=f"optimus-{spec.name}-q{setup.q}-d{setup.data}",
         metadata={"strategy": "optimus", "q": setup.q, "data": setup.data},
