@@ -71,6 +71,7 @@ def split_cases() -> list[Case]:
     data = load_yaml(NAME)
     machine, configs = data["machine"], data["configs"]
     cite, src = data["cite"], source(NAME)
+    fitted = {(int(f["gpus"]), str(f["config"])) for f in data.get("fitted", [])}
 
     def make(row: dict[str, Any], field: str) -> Case:
         gpus, model, config = int(row["gpus"]), str(row["model"]), str(row["config"])
@@ -101,6 +102,7 @@ def split_cases() -> list[Case]:
             src,
             tasks,
             value,
+            fitted=(gpus, config) in fitted,
         )
 
     return [
