@@ -39,6 +39,7 @@ def build_topology(cluster: ClusterConfig) -> Topology:
         intra_node_bandwidth_scale=cluster.intra_node_bandwidth_scale,
         fabric_link_bandwidth_GBps=cluster.fabric_link_bandwidth_GBps,
         routing=cluster.routing,
+        gpudirect_rdma=cluster.gpudirect_rdma,
     )
 
 

@@ -83,6 +83,15 @@ class ClusterConfig(UserModel):
         default=None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS
     )
     routing: Literal["minimal", "valiant", "adaptive", "ecmp"] | None = None
+    gpudirect_rdma: bool = Field(
+        default=True,
+        description=(
+            "Whether the collective library moves network data GPU <-> NIC directly "
+            "(GPUDirect RDMA, what a well-configured job gets). false: staged through host "
+            "memory, every network byte crossing each end's GPU <-> CPU link, as RCCL runs "
+            "on Frontier without NCCL_NET_GDR_LEVEL=PHB (topologies/host_staging.py)."
+        ),
+    )
     stragglers: tuple[Straggler, ...] = ()
     node_gpus: tuple[NodeGpus, ...] = ()
 
@@ -112,6 +121,11 @@ class ClusterConfig(UserModel):
         if self.machine == "custom":
             if not self.topology_file:
                 raise ValueError("machine 'custom' needs cluster.topology_file")
+            if not self.gpudirect_rdma:
+                raise ValueError(
+                    "cluster.gpudirect_rdma: false is for machine presets (a custom topology "
+                    "file states its own GPU-NIC paths)"
+                )
             return self
         per_node = machine_preset(self.machine).gpus_per_node
         if self.nodes is None and self.gpus is None:

@@ -31,6 +31,7 @@ from validation.calibration.benchmark_logs import (
 from workloads.ops import CollectiveKind
 
 AG = CollectiveKind.ALL_GATHER
+AR = CollectiveKind.ALL_REDUCE
 PCCL = Path(validation.published.__file__).parent / "data" / "pccl_vendor.csv"
 MiB = 1 << 20
 
@@ -110,6 +111,27 @@ def test_regime_stalls_every_step_in_its_window_only(chunk_kib: int) -> None:
         assert t_loud == pytest.approx(simple + (p - 1) * STALL.per_step_s)
     else:
         assert t_loud == pytest.approx(t_quiet)
+
+
+def test_tuner_chooses_the_algorithm_without_the_stall() -> None:
+    """RCCL's tuner does not know its build's stall: the algorithm an all-reduce runs is
+    the one the same build picks without the regime, and the run then pays the stall
+    (one GCD on each of 2 nodes, 512 KiB: the ring's steps of 256 KiB are in the window)."""
+    nodes, size = 2, 0.5 * MiB
+    members = (np.arange(nodes) * 8)[None, :]
+    loud = stalled_pricer(nodes, "RCCL (test build)")
+    quiet = stalled_pricer(nodes, "RCCL 2.18.6")
+    algo = quiet.choose_algorithm(AR, members, size)
+    assert loud.choose_algorithm(AR, members, size) == algo
+    (b_loud,) = loud.bind(AR, members, algo)
+    (b_quiet,) = quiet.bind(AR, members, algo)
+    stall = loud.plan(b_loud, AR, size, shared=True).stall_s
+    assert quiet.plan(b_quiet, AR, size, shared=True).stall_s == 0.0
+    t_loud = sum(loud.time_terms(b_loud, size, AR, shared=True))
+    seen = sum(loud.time_terms(b_loud, size, AR, shared=True, tuner=True))
+    assert t_loud == pytest.approx(seen + stall)
+    assert algo == "ring"
+    assert stall == pytest.approx(2 * (nodes - 1) * STALL.per_step_s)
 
 
 def test_hierarchical_levels_each_pay_a_call() -> None:

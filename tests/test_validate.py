@@ -49,6 +49,12 @@ def test_every_published_number_is_a_case() -> None:
     assert {c.tolerance_pct for c in select_cases("frontier-32768")} == {12.0}
     split = select_cases("split-")
     assert {c.tolerance_pct for c in split} == {5.0, 25.0} and len(split) == 20
+    # the two Fig. 7 rows litgpt's discrete choices were taken on (issue 30) are fits
+    assert {c.name for c in split if c.role == "fit"} == {
+        f"split-frontier-8192-{cfg}-{q}"
+        for cfg in ("kernel-tuning", "coll-overlap")
+        for q in ("compute", "comm")
+    }
     # predictions are kept apart from the measurements constants were fitted on
     assert {c.role for c in select_cases("perlmutter")} == {"prediction"}
     assert {c.role for c in select_cases("frontier-")} == {"prediction"}

@@ -31,6 +31,7 @@ from topologies.errors import TopologyError
 from topologies.fabric import Fabric, spec_number
 from topologies.fattree import FatTreeSpec, build_fat_tree
 from topologies.hardware import gpu_spec
+from topologies.host_staging import stage_through_host
 from topologies.limits import BANDWIDTH_SCALE_RANGE, MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from topologies.nodes import NodeTemplate, build_node
 from topologies.routing import MachineRouter
@@ -59,6 +60,7 @@ def build_machine(
     intra_node_bandwidth_scale: float = 1.0,
     fabric_link_bandwidth_GBps: float | None = None,
     routing: str | None = None,
+    gpudirect_rdma: bool = True,
 ) -> Topology:
     """The topology of a machine preset with `nodes` nodes, with optional what-if overrides.
 
@@ -69,6 +71,8 @@ def build_machine(
     nodes : number of nodes (>= 1); they fill consecutive dragonfly groups / fat-tree leaves.
     gpu, nic_bandwidth_GBps, nics_per_node, intra_node_bandwidth_scale,
     fabric_link_bandwidth_GBps, routing : what-if overrides of the preset (None = preset).
+    gpudirect_rdma : False stages every GPU <-> NIC transfer through host memory (the
+        collective library without GPUDirect RDMA: topologies/host_staging.py).
 
     Returns
     -------
@@ -110,6 +114,8 @@ def build_machine(
     where = f"machines.yaml: {preset.name}.fabric"
     nic_latency_s = spec_number(preset.fabric, "nic_latency_us", where, default=1.0) * 1e-6
     template = build_node(preset.node, nics=k, bandwidth_scale=scale)
+    if not gpudirect_rdma:
+        template = stage_through_host(template)
     nic_link_base = n * template.num_links
     fabric = _build_fabric(
         preset, n, template, nic_link_base + 2 * n * k, routing, fabric_link_bandwidth_GBps
@@ -140,6 +146,7 @@ def build_machine(
         "routing": fabric.parameters.get("routing"),
         "fabric": dict(fabric.parameters),
         "gpu_nic": list(template.gpu_nic),
+        "gpudirect_rdma": bool(gpudirect_rdma),
         "homogeneous_nodes": True,
         "links_per_node": template.num_links,
         "link_efficiency": dict(preset.link_efficiency),

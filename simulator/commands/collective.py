@@ -118,6 +118,13 @@ def register(app: click.Group) -> None:
         default=None,
         help="What-if: the fabric's routing policy (default: the preset's).",
     )
+    @click.option(
+        "--no-gpudirect-rdma",
+        "no_gdr",
+        is_flag=True,
+        help="Stage GPU <-> NIC traffic through host memory, as RCCL does on Frontier without "
+        "NCCL_NET_GDR_LEVEL=PHB (topologies/host_staging.py).",
+    )
     @click.option("--nics-per-node", type=int, default=None, help="What-if: NICs per node.")
     @click.option(
         "--nic-bandwidth", type=BANDWIDTH_GBPS, default=None, help="What-if: GB/s per NIC."
@@ -156,6 +163,7 @@ def register(app: click.Group) -> None:
         instances: str,
         protocol: str,
         routing: str | None,
+        no_gdr: bool,
         nics_per_node: int | None,
         nic_bandwidth: float | None,
         calibration: str | None,
@@ -178,6 +186,7 @@ def register(app: click.Group) -> None:
             "nics_per_node": nics_per_node,
             "nic_bandwidth_GBps": nic_bandwidth,
             "routing": routing,
+            "gpudirect_rdma": False if no_gdr else None,
         }
         topo = build_from_flags(
             machine,

@@ -25,6 +25,7 @@ _FLAGS = {
     "intra_node_bandwidth_scale": "--intra-node-scale",
     "fabric_link_bandwidth_GBps": "--fabric-bandwidth",
     "routing": "--routing",
+    "gpudirect_rdma": "--no-gpudirect-rdma",
 }
 """CLI flag of each build_machine what-if keyword."""
 
@@ -67,6 +68,8 @@ def build_from_flags(
         raise ConfigError(f"--nodes is required for machine '{machine}'")
 
     scale = overrides.pop("intra_node_bandwidth_scale")
+    if overrides.get("gpudirect_rdma") is None:
+        overrides.pop("gpudirect_rdma", None)
     return build_machine(
         machine, nodes, intra_node_bandwidth_scale=1.0 if scale is None else scale, **overrides
     )
@@ -182,6 +185,12 @@ def register(app: click.Group) -> None:
         help="Fabric routing policy.",
     )
     @click.option(
+        "--no-gpudirect-rdma",
+        "no_gdr",
+        is_flag=True,
+        help="Stage GPU <-> NIC traffic through host memory (no GPUDirect RDMA).",
+    )
+    @click.option(
         "--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."
     )
     def topology(
@@ -194,6 +203,7 @@ def register(app: click.Group) -> None:
         intra_node_scale: float | None,
         fabric_bandwidth: float | None,
         routing: str | None,
+        no_gdr: bool,
         as_json: bool,
     ) -> None:
         """Build MACHINE (a preset, or `custom --file PATH`) and summarise its topology."""
@@ -206,6 +216,7 @@ def register(app: click.Group) -> None:
             "intra_node_bandwidth_scale": intra_node_scale,
             "fabric_link_bandwidth_GBps": fabric_bandwidth,
             "routing": routing,
+            "gpudirect_rdma": False if no_gdr else None,
         }
         topo = build_from_flags(machine, nodes, file, overrides)
         summary = _finite(summarize_topology(topo))

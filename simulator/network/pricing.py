@@ -135,6 +135,9 @@ class PhasePlan:
     latency_s: tuple[float, ...]
     bytes_per_flow: tuple[float, ...]
     protocol: str = "Simple"
+    # of the latencies, the stalls of the library build's measured regimes: paid by the
+    # run, unknown to the library's own tuner (simulator/network/regimes.py)
+    stall_s: float = 0.0
 
 
 class CollectivePricer:
@@ -807,7 +810,7 @@ class CollectivePricer:
             bound[cand] = (b, rates)
             terms[cand] = max(
                 (
-                    self.time_terms(x, nbytes, kind, shared, rates=r)
+                    self.time_terms(x, nbytes, kind, shared, rates=r, tuner=True)
                     for x, r in zip(b, rates, strict=True)
                 ),
                 key=sum,
@@ -969,18 +972,21 @@ class CollectivePricer:
         kind: CollectiveKind | None,
         shared: bool,
         rates: Sequence[float] | None = None,
+        tuner: bool = False,
     ) -> tuple[float, float]:
         """(latency, transfer) seconds of a bundle alone, its protocol chosen and calibrated
         tables applied: `shared` prices its flows sharing links among themselves (the
         contention model seen alone), else at their route bottlenecks (alpha-beta);
-        `rates` (per phase) replaces those rates (the tuner's joint sharing)."""
+        `rates` (per phase) replaces those rates (the tuner's joint sharing). `tuner`:
+        as the library's tuner sees it, without its build's measured stalls."""
         pl = self.plan(bundle, kind, nbytes, shared)
         transfer = 0.0
         for i, (b, ph) in enumerate(zip(pl.bytes_per_flow, bundle.phases, strict=True)):
             if b > 0:
                 rate = rates[i] if rates is not None else self._rate(ph, shared)
                 transfer += b / rate
-        return pl.overhead_s + sum(pl.latency_s), transfer
+        stall = pl.stall_s if tuner else 0.0
+        return pl.overhead_s + sum(pl.latency_s) - stall, transfer
 
     @staticmethod
     def _rate(phase: BoundPhase, shared: bool) -> float:
@@ -1035,20 +1041,21 @@ class CollectivePricer:
             protos = tuple(dict.fromkeys(c[0] for c in calls))
             return PhasePlan(
                 0.0,
-                tuple(fixed + lat[0] for _, fixed, lat, _ in calls),
-                tuple(wire[0] for _, _, _, wire in calls),
+                tuple(fixed + lat[0] for _, fixed, lat, _, _ in calls),
+                tuple(wire[0] for _, _, _, wire, _ in calls),
                 "+".join(protos),
+                sum(c[4] for c in calls),
             )
-        proto, fixed, lat, wire = self._call_plan(
+        proto, fixed, lat, wire, stall = self._call_plan(
             phases, bundle.tier == "inter_node", nbytes, shared
         )
-        return PhasePlan(fixed, lat, wire, proto)
+        return PhasePlan(fixed, lat, wire, proto, stall)
 
     def _call_plan(
         self, phases: tuple[BoundPhase, ...], inter: bool, nbytes: float, shared: bool
-    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...]]:
-        """(protocol, fixed overhead, per-phase latencies, per-phase wire bytes per flow)
-        of one library call running `phases`: the protocol its tuner picks (the smallest
+    ) -> tuple[str, float, tuple[float, ...], tuple[float, ...], float]:
+        """(protocol, fixed overhead, per-phase latencies, per-phase wire bytes per flow,
+        the stalls included in those latencies) of one library call running `phases`: the protocol its tuner picks (the smallest
         launch (+ the network's base for a call crossing nodes) + base latency + step
         latencies + bytes / (rate x bandwidth factor) among those enabled on its tier, or
         the one a measured regime of the build runs it on), then the regime's stalls."""
@@ -1078,8 +1085,8 @@ class CollectivePricer:
             stalls = [self.stall_latency(ph, best[0], nbytes) for ph in phases]
             if any(stalls):
                 lat = tuple(a + b for a, b in zip(best[2], stalls, strict=True))
-                best = (best[0], best[1], lat, best[3])
-        return best
+                return best[0], best[1], lat, best[3], sum(stalls)
+        return (*best, 0.0)
 
     def _wire_bytes(self, phase: BoundPhase, nbytes: float, protocol: str) -> float:
         """Bytes each flow of a phase puts on the wire under `protocol`: its share,

@@ -18,7 +18,7 @@ from typing import Any
 
 from validation.cases.case import Case
 from validation.experiments.tasks import Task, task
-from validation.published import load_yaml, source
+from validation.published import axonn_environment, load_yaml, source
 
 NAME = "axonn_frontier_split"
 TOLERANCE = {"computation_s": 5.0, "comm_s": 25.0}
@@ -28,10 +28,17 @@ TOP, REDUCED_TOP = 10, 1
 
 
 def split_tasks(
-    machine: str, gpus: int, model: str, reduced: bool, implementation: str
+    machine: str,
+    gpus: int,
+    model: str,
+    reduced: bool,
+    implementation: str,
+    environment: dict[str, Any] | None = None,
 ) -> list[Task]:
-    """The paper's procedure without overlap, and the split on its grid."""
+    """The paper's procedure without overlap, and the split on its grid (in the software
+    environment the authors ran)."""
     top = REDUCED_TOP if reduced else TOP
+    extra: dict[str, Any] = {"environment": environment} if environment else {}
     chosen = task(
         "axonn_paper",
         label=f"paper procedure {model} on {gpus} {machine}, overlap off",
@@ -42,6 +49,7 @@ def split_tasks(
         batch_tokens=None,
         overlap=[],
         implementation=implementation,
+        **extra,
     )
     split = task(
         "axonn_split",
@@ -53,6 +61,7 @@ def split_tasks(
         top=top,
         batch_tokens=None,
         implementation=implementation,
+        **extra,
     )
     return [chosen, split]
 
@@ -62,13 +71,16 @@ def split_cases() -> list[Case]:
     data = load_yaml(NAME)
     machine, configs = data["machine"], data["configs"]
     cite, src = data["cite"], source(NAME)
+    fitted = {(int(f["gpus"]), str(f["config"])) for f in data.get("fitted", [])}
 
     def make(row: dict[str, Any], field: str) -> Case:
         gpus, model, config = int(row["gpus"]), str(row["model"]), str(row["config"])
         side = "off" if not configs[config]["overlap"] else "on"
 
         def tasks(reduced: bool) -> list[Task]:
-            return split_tasks(machine, gpus, model, reduced, data["implementation"])
+            return split_tasks(
+                machine, gpus, model, reduced, data["implementation"], axonn_environment(data)
+            )
 
         def value(res: list[Any]) -> tuple[float, str]:
             r = res[1]
@@ -90,6 +102,7 @@ def split_cases() -> list[Case]:
             src,
             tasks,
             value,
+            fitted=(gpus, config) in fitted,
         )
 
     return [

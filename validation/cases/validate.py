@@ -38,6 +38,12 @@ machine has a fit case (the rank counts its preset's terms were fitted on) and a
 prediction case (every other rank count); bound cases (pccl-*, curve-*) pass when the
 simulated error statistic is at most the bound, their "published" column.
 
+Like for like: every AxoNN case runs the software environment its authors ran where
+their launch scripts show it (validation/published/data/axonn_environments.yaml, named by
+each data file's `environment:`): on Frontier, RCCL without GPUDirect RDMA (network
+traffic staged through host memory, topologies/host_staging.py), the bandwidth table's
+Frontier cells included; the machine presets keep what a well-configured job gets.
+
 `--reduced` simulates only the published analytical model's best grid (top 1) for the AxoNN
 cases instead of the top 10; every other case is unchanged (they take seconds).
 """
@@ -58,6 +64,7 @@ from validation.experiments.simulations import gemm_times
 from validation.experiments.tasks import Task, task
 from validation.published import (
     axonn_bandwidths,
+    axonn_environment,
     axonn_frontier,
     axonn_perlmutter,
     load_yaml,
@@ -88,12 +95,13 @@ def _weak_scaling_cases(name: str, machine: str, points: list[Any]) -> list[Case
     PFLOP/s (the detail line gives the grid and the compute / exposed-communication split)."""
     data = load_yaml(name)
     cite, src, impl = data["cite"], source(name), data["implementation"]
+    env = axonn_environment(data)
 
     def make(p: Any) -> Case:
         outlier = OUTLIERS.get((machine, p.gpus))
 
         def tasks(reduced: bool) -> list[Task]:
-            return [_paper_task(machine, p.gpus, p.model, reduced, impl)]
+            return [_paper_task(machine, p.gpus, p.model, reduced, impl, environment=env)]
 
         def value(res: list[Any]) -> tuple[float, str]:
             r = res[0]
@@ -132,10 +140,13 @@ def _paper_task(
     reduced: bool,
     implementation: str,
     overlap: list[str] | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> Task:
     """The paper's procedure at one point (its best grid only when reduced), with the
-    code version the authors ran there."""
+    code version and the software environment the authors ran there."""
     extra: dict[str, Any] = {} if overlap is None else {"overlap": overlap}
+    if environment:
+        extra["environment"] = environment
     return task(
         "axonn_paper",
         label=f"paper procedure {model} on {gpus} {machine}",
@@ -158,11 +169,17 @@ def _frontier_cases() -> list[Case]:
 
 
 def _overlap_tasks(
-    machine: str, gpus: int, model: str, reduced: bool, implementation: str
+    machine: str,
+    gpus: int,
+    model: str,
+    reduced: bool,
+    implementation: str,
+    environment: dict[str, Any] | None = None,
 ) -> list[Task]:
     """The paper's procedure at one point and the overlap steps simulated on its grid (the
     procedure's task is the weak-scaling point's, so it runs once)."""
-    found = _paper_task(machine, gpus, model, reduced, implementation)
+    found = _paper_task(machine, gpus, model, reduced, implementation, environment=environment)
+    extra: dict[str, Any] = {"environment": environment} if environment else {}
     overlap = task(
         "axonn_overlap",
         deps=[found],
@@ -173,6 +190,7 @@ def _overlap_tasks(
         top=REDUCED_TOP if reduced else VALIDATE_TOP,
         batch_tokens=None,
         implementation=implementation,
+        **extra,
     )
     return [found, overlap]
 
@@ -184,7 +202,9 @@ def _frontier_overlap_cases() -> list[Case]:
     cite, src = data["cite"], source("axonn_frontier_overlap")
 
     def tasks(reduced: bool) -> list[Task]:
-        return _overlap_tasks(machine, gpus, model, reduced, data["implementation"])
+        return _overlap_tasks(
+            machine, gpus, model, reduced, data["implementation"], axonn_environment(data)
+        )
 
     def make(step: Any) -> Case:
         def value(res: list[Any]) -> tuple[float, str]:
@@ -223,6 +243,7 @@ def _bandwidth_cases() -> list[Case]:
                     nodes=BW_NODES,
                     inner=e.inner,
                     own=e.own,
+                    **({"environment": e.environment} if e.environment else {}),
                 )
             ]
 
@@ -345,7 +366,9 @@ def _overlap_case() -> Case:
     machine, gpus, model = data["assumed"]["machine"], data["assumed"]["gpus"], data["model"]
 
     def tasks(reduced: bool) -> list[Task]:
-        return _overlap_tasks(machine, gpus, model, reduced, data["implementation"])
+        return _overlap_tasks(
+            machine, gpus, model, reduced, data["implementation"], axonn_environment(data)
+        )
 
     def value(res: list[Any]) -> tuple[float, str]:
         steps = res[1]["steps"]

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from simulator.config import ExperimentConfig, default_config_mapping, validate_config
+from simulator.errors import ConfigError
 
 Model = str | Mapping[str, Any]
 OVERLAP_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -81,6 +82,7 @@ def _axonn_config(
     overlap: tuple[str, ...] | None = None,
     weights: Mapping[str, Any] | None = None,
     implementation: str | None = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> ExperimentConfig:
     parallel: dict[str, Any] = {"strategy": "axonn"}
     if implementation is not None:
@@ -93,7 +95,18 @@ def _axonn_config(
     data = base_mapping(machine, gpus, model, batch_tokens, parallel)
     if microbatch is not None:
         data["training"] = {**data.get("training", {}), "microbatch_sequences": microbatch}
-    return validate_config(data)
+    return validate_config(with_environment(data, environment))
+
+
+def with_environment(data: dict[str, Any], environment: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A config mapping with a published run's software environment applied: the data
+    file's `environment:` block, whose `cluster` and `engine` entries are config fields
+    (e.g. cluster.gpudirect_rdma, engine.collective_library) set like for like."""
+    for section, values in (environment or {}).items():
+        if section not in ("cluster", "engine"):
+            raise ConfigError(f"environment.{section}: only cluster and engine fields")
+        data[section] = {**data.get(section, {}), **dict(values)}
+    return data
 
 
 def axonn_ranking(
@@ -135,12 +148,23 @@ def axonn_grid(
     overlap: list[str] | None = None,
     weights: Mapping[str, Any] | None = None,
     implementation: str | None = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One AxoNN grid simulated (the report); `weights`: weight_lifetime, cached_layers."""
+    """One AxoNN grid simulated (the report); `weights`: weight_lifetime, cached_layers;
+    `environment`: a published run's software environment (see `with_environment`)."""
     ov = tuple(overlap) if overlap is not None else None
     return _simulate(
         _axonn_config(
-            machine, gpus, model, batch_tokens, grid, microbatch, ov, weights, implementation
+            machine,
+            gpus,
+            model,
+            batch_tokens,
+            grid,
+            microbatch,
+            ov,
+            weights,
+            implementation,
+            environment,
         )
     )
 
@@ -188,6 +212,7 @@ def axonn_paper(
     batch_tokens: int | None = None,
     overlap: list[str] | None = None,
     implementation: str | None = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The paper's procedure: the published model's top `top` grids simulated (with the
     given overlap flags, default all three), the fastest kept."""
@@ -195,7 +220,13 @@ def axonn_paper(
 
     ov = tuple(overlap) if overlap is not None else None
     cfg = _axonn_config(
-        machine, gpus, model, batch_tokens, overlap=ov, implementation=implementation
+        machine,
+        gpus,
+        model,
+        batch_tokens,
+        overlap=ov,
+        implementation=implementation,
+        environment=environment,
     )
     return _search_result(paper_procedure(cfg, top), top)
 
@@ -208,12 +239,15 @@ def axonn_split(
     batch_tokens: int | None = None,
     deps: Mapping[str, Any] | None = None,
     implementation: str | None = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Fig. 7's split on the paper procedure's grid chosen without overlap: that grid
     without overlap ("Kernel tuning") and with OAR+ORS+OAG ("Coll. overlap")."""
     found = next(iter((deps or {}).values()), None)
     if found is None:
-        found = axonn_paper(machine, gpus, model, top, batch_tokens, [], implementation)
+        found = axonn_paper(
+            machine, gpus, model, top, batch_tokens, [], implementation, environment
+        )
     on = axonn_grid(
         machine,
         gpus,
@@ -224,6 +258,7 @@ def axonn_split(
         ["oar", "ors", "oag"],
         found.get("weights"),
         implementation,
+        environment,
     )
     return {"grid": found["grid"], "off": found["report"], "on": on}
 
@@ -236,6 +271,7 @@ def axonn_overlap(
     batch_tokens: int | None = None,
     deps: Mapping[str, Any] | None = None,
     implementation: str | None = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The search's best grid with the overlap flags added one at a time.
 
@@ -264,6 +300,7 @@ def axonn_overlap(
             list(flags),
             found.get("weights"),
             implementation,
+            environment,
         )
     out["steps"] = steps
     return out
@@ -296,20 +333,34 @@ def strategy_best(
 
 
 def collective_curve(
-    machine: str, nodes: int, op: str, group: int, sizes: list[int], stride: int = 1
+    machine: str,
+    nodes: int,
+    op: str,
+    group: int,
+    sizes: list[int],
+    stride: int = 1,
+    environment: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """nccl-tests-style rows for one group tiling `nodes` nodes of a machine preset."""
+    """nccl-tests-style rows for one group tiling `nodes` nodes of a machine preset (in a
+    published run's software `environment`, see `with_environment`)."""
     from simulator.benchmarks.collectives import collective_sweep
-    from topologies.machines import build_machine
+    from simulator.build import build_topology
 
-    topo = build_machine(machine, nodes)
-    return [r.as_dict() for r in collective_sweep(topo, op, group, stride, sizes)]
+    data = with_environment({"cluster": {"machine": machine, "nodes": nodes}}, environment)
+    cfg = validate_config({**default_config_mapping(), **data})
+    topo = build_topology(cfg.cluster)
+    rows = collective_sweep(topo, op, group, stride, sizes, library=cfg.engine.collective_library)
+    return [r.as_dict() for r in rows]
 
 
-def group_bandwidth(machine: str, nodes: int, inner: int, own: int) -> dict[str, Any]:
+def group_bandwidth(
+    machine: str, nodes: int, inner: int, own: int, environment: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Bus bandwidth of a 1 GiB all-reduce on every group of `own` GPUs `inner` apart,
     all instances at once (AxoNN's measurement), on `nodes` nodes."""
-    rows = collective_curve(machine, nodes, "all-reduce", own, [2**30], stride=inner)
+    rows = collective_curve(
+        machine, nodes, "all-reduce", own, [2**30], stride=inner, environment=environment
+    )
     return rows[0]
 
 

@@ -9,6 +9,7 @@ Data files (validation/published/data/):
 | axonn_frontier_overlap.yaml | overlap ablation, GPT-80B on 8,192 Frontier GCDs | SC'24 Fig. 5 |
 | axonn_frontier_split.yaml | computation and non-overlapped communication per configuration, 512-8,192 GCDs | SC'24 Fig. 7 |
 | axonn_bandwidths.yaml | AxoNN's measured group bandwidths, Perlmutter and Frontier | SC'24 §V-B, comm_model.py |
+| axonn_environments.yaml | the software environment of each machine's AxoNN runs (GPUDirect RDMA, ...) | the authors' launch scripts, RCCL source |
 | axonn_overlap.yaml | "nearly 53% improvement" of OAR+ORS+OAG for a 20B model | arXiv 2305.13525 v2 |
 | nccl_nvswitch.yaml | 8-GPU NVSwitch all-reduce alpha and bus bandwidth (A100, H100) | Vidur's NCCL profiles |
 | vidur_gemm_subset.csv | measured GEMM kernel times (A100, H100) | Vidur's operator profiles |
@@ -20,7 +21,7 @@ with a simulation; nothing here is a simulated value.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -69,16 +70,34 @@ class BandwidthEntry:
     own: int
     GBps: float
     label: str
+    environment: dict[str, Any] = field(default_factory=dict)
 
 
 def axonn_bandwidths() -> list[BandwidthEntry]:
     """AxoNN's measured group bandwidths, all machines."""
     data = load_yaml("axonn_bandwidths")
     return [
-        BandwidthEntry(machine=m, gpus_per_node=int(spec["gpus_per_node"]), **row)
+        BandwidthEntry(
+            machine=m,
+            gpus_per_node=int(spec["gpus_per_node"]),
+            environment=axonn_environment(spec),
+            **row,
+        )
         for m, spec in data["machines"].items()
         for row in spec["rows"]
     ]
+
+
+def axonn_environment(data: dict[str, Any]) -> dict[str, Any]:
+    """The config fields (`cluster`, `engine`) of the environment a data file's
+    `environment:` names in axonn_environments.yaml; {} where it names none."""
+    name = data.get("environment")
+    if name is None:
+        return {}
+    envs = load_yaml("axonn_environments")["environments"]
+    if name not in envs:
+        raise KeyError(f"axonn_environments.yaml: no environment '{name}'")
+    return {k: dict(v) for k, v in envs[name].items() if k in ("cluster", "engine")}
 
 
 def vidur_gemm_rows() -> list[dict[str, str]]:
