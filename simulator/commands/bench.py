@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from simulator.outputs.staging import atomic_write_text
+from simulator.atomic import atomic_write_text
 from simulator.outputs.versions import stamp
 
 

@@ -34,8 +34,8 @@ from typing import Literal
 import numpy as np
 
 from simulator.api import Result
+from simulator.engine.timeline import COMM_KINDS, RankTimeline
 from simulator.outputs.kineto import gpu_event, stream_ids, wait_flows, write_kineto_traces
-from simulator.outputs.timeline import COMM_KINDS, RankTimeline
 from simulator.outputs.trace_context import RankInfo, TraceContext
 from simulator.outputs.trace_io import write_trace_json
 from simulator.outputs.trace_names import compact_ranks

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.engine.timeline import COMM_KINDS, RankTimeline
 from simulator.errors import ConfigError
-from simulator.outputs.timeline import COMM_KINDS, RankTimeline
 from simulator.outputs.trace_names import (
     COLLECTIVE_NAMES,
     KINETO_DTYPES,
