@@ -32,7 +32,7 @@ def register(app: click.Group) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from simulator.benchmarks.scaling import default_cases, run_bench
+        from simulator.trials.scaling import default_cases, run_bench
         from simulator.outputs.render import stdout_console
 
         cases = default_cases(quick)
