@@ -32,8 +32,8 @@ def register(app: click.Group) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from simulator.trials.scaling import default_cases, run_bench
         from simulator.outputs.render import stdout_console
+        from simulator.trials.scaling import default_cases, run_bench
 
         cases = default_cases(quick)
         if only is not None:
