@@ -20,10 +20,10 @@ Cases and their sources:
 - Megatron 1T (Narayanan et al. 2021 Table 1, 1,008B row: 128 layers, hidden 25,600, 160
   heads, TP 8, PP 64, 3,072 GPUs, batch 3,072) — 512 microbatches per pipeline;
 - AxoNN GPT-320B on 32,768 Frontier GCDs, symmetric (grid 8 x 1 x 16 x 256, as
-  simulator/benchmarks/scaling.py), and on 1,024 / 16,384 GCDs (same X, Y, Z; data 8 / 128);
-- GPT-640B on 131,072 DGX H100 GPUs (grid 8 x 2 x 16 x 512: simulator/benchmarks/scaling.py's
+  simulator/trials/scaling.py), and on 1,024 / 16,384 GCDs (same X, Y, Z; data 8 / 128);
+- GPT-640B on 131,072 DGX H100 GPUs (grid 8 x 2 x 16 x 512: simulator/trials/scaling.py's
   65,536-GPU case with twice the data parallelism);
-- full mode GPT-80B on 1,024 Perlmutter GPUs (grid 4 x 4 x 4 x 16, as simulator/benchmarks/scaling.py).
+- full mode GPT-80B on 1,024 Perlmutter GPUs (grid 4 x 4 x 4 x 16, as simulator/trials/scaling.py).
 
 Issue 35 (what differs costs what differs), each read as a CPU-s ratio in one run against
 the lockstep run of the same configuration (`RATIOS`; the raw-simpy unit moves by about

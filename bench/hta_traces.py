@@ -4,7 +4,7 @@ it takes, and whether the critical path agrees with the report.
 Cases (issue 34): the embedded default (GPT-80B on 1,024 Perlmutter GPUs, one rank class),
 a 256-rank z=16 grid (GPT-20B on 256 Perlmutter GPUs, 2x2x16x4, as in
 tests/test_whatif_monotonicity.py) and the 32,768-GCD symmetric run (GPT-320B on
-Frontier, 8x1x16x256, as in simulator/benchmarks/scaling.py); `--strag` adds the default
+Frontier, 8x1x16x256, as in simulator/trials/scaling.py); `--strag` adds the default
 with one 1.3x slower GPU (rank 3: full mode, 1,024 ranks, ~2 min to simulate).
 Each case is simulated once, written as `axsim simulate --out` writes it (no pictures)
 into a fresh temporary folder, then HTA 0.5 runs every analysis of its TraceAnalysis

@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from simulator.benchmarks.scaling import Case, run_bench
+from simulator.trials.scaling import Case, run_bench
 
 BASE = (
     "cluster.machine=dgx-h100",

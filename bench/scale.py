@@ -1,7 +1,7 @@
 """Scaling benchmark: `python bench/scale.py [--quick] [--only TEXT] [--out FILE]`.
 
 Same as `axsim bench`: wall time, peak RSS, events, events/s and the ratio to the raw
-simpy event rate measured in the same run, for the cases of simulator/benchmarks/scaling.py.
+simpy event rate measured in the same run, for the cases of simulator/trials/scaling.py.
 """
 
 import sys

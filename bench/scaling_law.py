@@ -1,7 +1,7 @@
 """How wall time grows with GPU count, layers and microbatches, per engine mode.
 
 `python bench/scaling_law.py [--out FILE] [--quick]` runs each point in its own process
-(simulator/benchmarks/scaling.py's `run_case`, so peak RSS is the point's own) and prints one table per
+(simulator/trials/scaling.py's `run_case`, so peak RSS is the point's own) and prints one table per
 axis, varying one thing at a time from a base case:
 
 - symmetric mode: GPT-80B on Frontier, grid (8, 1, Z, data): GPUs 512 ... 32,768; layers
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator.benchmarks.scaling import Case, run_case
+from simulator.trials.scaling import Case, run_case
 
 
 def _case(name: str, **fields: object) -> Case:

@@ -15,9 +15,9 @@ import pytest
 from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS
 from simulator.engine.compiled import PS_PER_S
 from simulator.engine.ranks import Warp
+from simulator.engine.timeline import RankTimeline
 from simulator.outputs import analysis
 from simulator.outputs.analysis import RankBreakdown, union
-from simulator.outputs.timeline import RankTimeline
 
 # ------------------------------------------------------------------ the loops replaced
 

@@ -7,7 +7,7 @@
 - only simulator/engine/ imports simpy;
 - only the CLI, its commands and the rendering modules import rich.
 - no import circle between modules, nor between the rooms (subpackages and root modules)
-  of any package (simulator/'s known room edges are pinned in KNOWN_ROOM_EDGES);
+  of any package (a type-only import counts: it is still a dependency);
 - no package root holds a family spelled by prefix (calibrate, calibrate_fit, ...) or a
   module named after a sibling subpackage: such modules get a room.
 """
@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -202,23 +201,6 @@ def test_the_family_check_passes_rooms_and_singles(tmp_path: Path) -> None:
     assert _root_problems(pkg) == []
 
 
-# Edges between rooms of simulator/ that close its import circles, pinned until they are
-# fixed (each is a lower room importing a higher one); the circle check below fails on
-# any other circle between rooms, and on a pinned edge that no longer exists.
-KNOWN_ROOM_EDGES = {
-    # network.pricing reads the calibration tables' types from cost.calibration
-    ("simulator", "network", "cost"),
-    # cost.calibration writes its file through outputs.staging
-    ("simulator", "cost", "outputs"),
-    # engine.core and engine.timeline_build build outputs.timeline's Timeline
-    ("simulator", "engine", "outputs"),
-    # outputs.files and outputs.trace_context call simulator.api
-    ("simulator", "outputs", "api"),
-    # simulator/workload.py resolves plans through search.plans / search.grids
-    ("simulator", "workload", "search"),
-}
-
-
 def _room_edges(graph: dict[str, set[str]]) -> dict[str, set[tuple[str, str]]]:
     """Package -> edges between its children (rooms and root modules): a child imports
     another when any module inside it imports any module inside the other."""
@@ -237,14 +219,12 @@ def _room_edges(graph: dict[str, set[str]]) -> dict[str, set[tuple[str, str]]]:
     return edges
 
 
-def _room_circles(
-    graph: dict[str, set[str]], known: Collection[tuple[str, str, str]] = ()
-) -> list[str]:
+def _room_circles(graph: dict[str, set[str]]) -> list[str]:
     import networkx as nx
 
     circles = []
     for pkg, edges in sorted(_room_edges(graph).items()):
-        g = nx.DiGraph([e for e in edges if (pkg, *e) not in known])
+        g = nx.DiGraph(sorted(edges))
         circles += [
             f"{pkg}: {sorted(c)}" for c in nx.strongly_connected_components(g) if len(c) > 1
         ]
@@ -254,24 +234,28 @@ def _room_circles(
 def test_no_import_circles_between_rooms() -> None:
     """In every package, its rooms (subpackages) and root modules import one another
     without a circle (module-level circles are checked above)."""
-    graph = _import_graph(_modules())
-    circles = _room_circles(graph, KNOWN_ROOM_EDGES)
+    circles = _room_circles(_import_graph(_modules()))
     assert not circles, f"import circles between rooms: {circles}"
-    edges = _room_edges(graph)
-    gone = [e for e in KNOWN_ROOM_EDGES if e[1:] not in edges.get(e[0], set())]
-    assert not gone, f"fixed, remove from KNOWN_ROOM_EDGES: {gone}"
 
 
-def test_the_room_circle_check_sees_a_circle(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "back",
+    [
+        "def f():\n    from validation.a import z\n",  # lazy
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from validation.a.z import Z\n",
+    ],
+    ids=["lazy", "type-only"],
+)
+def test_the_room_circle_check_sees_a_circle(tmp_path: Path, back: str) -> None:
     """Two rooms importing each other through different modules: no module circle, but a
-    room circle."""
+    room circle, whether the import back is lazy or for types only."""
     for name, text in {
         "__init__.py": "",
         "a/__init__.py": "",
         "a/x.py": "from validation.b.y import Y\n",
         "a/z.py": "",
         "b/__init__.py": "",
-        "b/y.py": "def f():\n    from validation.a import z\n",
+        "b/y.py": back,
     }.items():
         path = tmp_path / "validation" / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -279,4 +263,3 @@ def test_the_room_circle_check_sees_a_circle(tmp_path: Path) -> None:
     graph = _import_graph(sorted((tmp_path / "validation").rglob("*.py")), root=tmp_path)
     assert _cycles(graph) == []
     assert _room_circles(graph) == ["validation: ['a', 'b']"]
-    assert _room_circles(graph, {("validation", "b", "a")}) == []

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from simulator.cost.calibration import Calibration, GpuCalibration, KernelRates
-from simulator.outputs.timeline import COMPUTE_KINDS
+from simulator.engine.timeline import COMPUTE_KINDS
 from validation.compare import simulated_breakdown
 from validation.runs.simulate import SimRun, simulate_torch4d
 from validation.torch4d.config import PRESETS, Grid, RunSpec

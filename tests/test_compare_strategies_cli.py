@@ -8,7 +8,7 @@ import json
 import pytest
 
 from simulator.cli import main
-from simulator.search.strategies import compare_strategies
+from simulator.trials.strategies import compare_strategies
 from tests.test_simulate_cli import CONTRACT
 
 BASE = ["--machine", "dgx-h100", "--gpus", "16", "--model", "gpt-tiny", "--batch-tokens", "4096"]
@@ -100,7 +100,7 @@ def test_a_batch_that_does_not_divide_runs_the_nearest_one_every_strategy_accept
 def test_identical_programs_are_reported_once(capsys: pytest.CaptureFixture[str]) -> None:
     """A hierarchical ZeRO++ assignment equal to ZeRO++ is the same program: the table
     says so instead of showing its number twice."""
-    from simulator.search.strategies import mark_same_programs
+    from simulator.trials.strategies import mark_same_programs
 
     outs = compare_strategies(
         "dgx-h100", 16, "gpt-tiny", ["zeropp", "zero3"], batch_tokens=512, max_candidates=1
@@ -110,7 +110,7 @@ def test_identical_programs_are_reported_once(capsys: pytest.CaptureFixture[str]
     mark_same_programs(outs)
     assert outs[1].same_program_as == "zeropp"
     from simulator.commands.compare_strategies import render_outcomes
-    from simulator.search.strategies import outcomes_json
+    from simulator.trials.strategies import outcomes_json
 
     entry = outcomes_json(outs)[1]
     assert entry["same_program_as"] == "zeropp" and "iteration_time_s" not in entry

@@ -14,8 +14,8 @@ from simulator.cli import main
 from simulator.config import load_config
 from simulator.engine.compiled import CommInfo
 from simulator.search.analytical import PaperBandwidths
-from simulator.search.automatic import DEFAULT_SIMULATED, chooses_grid, simulate_best_of
 from simulator.search.grids import analytical_comm_time, priced_comm
+from simulator.trials.automatic import DEFAULT_SIMULATED, chooses_grid, simulate_best_of
 from workloads.axonn.grid import axonn_groups
 from workloads.axonn.params import Grid
 from workloads.ops import CollectiveKind as K

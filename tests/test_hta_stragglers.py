@@ -12,8 +12,8 @@ import pytest
 
 from simulator.api import simulate
 from simulator.config import load_config
+from simulator.engine.timeline import COMM_KINDS
 from simulator.outputs.kineto import write_kineto_traces
-from simulator.outputs.timeline import COMM_KINDS
 from simulator.outputs.trace_context import TraceContext
 from validation.references.hta_summary import METRIC, late_start_metric
 

@@ -62,7 +62,7 @@ def test_unknown_model_and_machine_are_one_line_errors() -> None:
 
 
 def test_paper_candidates_are_the_models_top_grids() -> None:
-    from simulator.search.procedure import paper_candidates
+    from simulator.trials.procedure import paper_candidates
 
     cfg = _axonn_config("frontier", 8192, "gpt-80b", None)
     got = paper_candidates(cfg)

@@ -12,7 +12,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from simulator.outputs.timeline import Timeline
+from simulator.engine.timeline import Timeline
 from validation.errors import TraceError
 from validation.trace import parse_traces
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.outputs.timeline import COMM_KINDS, COMPUTE_KINDS
+from simulator.engine.timeline import COMM_KINDS, COMPUTE_KINDS
 from validation.errors import TraceError
 from validation.trace import ParsedTrace, collective_kind, parse_trace
 

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from simulator.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
 from simulator.errors import SimulatorError
 from simulator.outputs.analysis import length
-from simulator.outputs.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
 from validation.runs.measured import (
     CollRecord,
     MeasuredRun,

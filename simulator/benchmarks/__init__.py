@@ -1,2 +1,3 @@
-"""Measuring: the engine's scaling benchmark (`axsim bench`) and collective
-micro-benchmarks on a topology (`axsim collective`)."""
+"""Measuring collectives on a topology: micro-benchmarks (`axsim collective`) and the
+nccl-tests table. Below api.py (search/analytical.py measures group bandwidths through
+it); `axsim bench`, which simulates whole runs, is trials/scaling.py."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from simulator.outputs.staging import atomic_write_text
+from simulator.atomic import atomic_write_text
 from simulator.outputs.versions import stamp
 
 
@@ -32,8 +32,8 @@ def register(app: click.Group) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from simulator.benchmarks.scaling import default_cases, run_bench
         from simulator.outputs.render import stdout_console
+        from simulator.trials.scaling import default_cases, run_bench
 
         cases = default_cases(quick)
         if only is not None:

@@ -10,7 +10,7 @@ import click
 from simulator.commands.params import calibration_option, network_option
 from simulator.errors import ConfigError
 from simulator.outputs.versions import stamp
-from simulator.search.strategies import (
+from simulator.trials.strategies import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_STRATEGIES,
     StrategyOutcome,
@@ -143,7 +143,7 @@ def register(app: click.Group) -> None:
         Each strategy simulates up to --max-candidates configurations: minutes for large
         models or machines (a line on stderr says how many before it starts)."""
         from simulator.commands.simulate import flag_overrides, resolve_config
-        from simulator.search.strategies import compare_from_mapping, config_base
+        from simulator.trials.strategies import compare_from_mapping, config_base
         from workloads.strategies import STRATEGY_NAMES
 
         names = [s.lower() for s in split_names(strategies, "--strategies")]

@@ -82,7 +82,7 @@ def register(app: click.Group) -> None:
         from simulator.errors import ConfigError
         from simulator.outputs.render import count_bar
         from simulator.search.grids import DEFAULT_SCREEN
-        from simulator.search.simulated import search
+        from simulator.trials.simulated import search
 
         if screen is not None and screen < 0:
             raise ConfigError(f"--screen must be non-negative, got {screen}")
@@ -99,7 +99,7 @@ def register(app: click.Group) -> None:
         with count_bar(progress, label, "grids") as bar:
             tick = None if bar is None else lambda done, n: bar(label, done, n)
             if procedure == "paper":
-                from simulator.search.procedure import paper_procedure
+                from simulator.trials.procedure import paper_procedure
 
                 outcome = paper_procedure(cfg, top, tick)
             else:

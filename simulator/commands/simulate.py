@@ -190,7 +190,7 @@ def register(app: click.Group) -> None:
         from simulator.outputs.files import parse_trace_ranks, write_outputs
         from simulator.outputs.render import progress_bar, render_report
         from simulator.outputs.staging import check_out_folder, staged_folder
-        from simulator.search.automatic import simulate_best_of
+        from simulator.trials.automatic import simulate_best_of
 
         flags = flag_overrides(
             machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration

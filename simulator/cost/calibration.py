@@ -64,9 +64,9 @@ from pydantic import (
     model_validator,
 )
 
+from simulator.atomic import atomic_write_text
 from simulator.errors import CostModelError
 from simulator.network.protocols import CollectiveModelSpec
-from simulator.outputs.staging import atomic_write_text
 from topologies.hardware import gpu_catalogue
 from topologies.types import LINK_KINDS
 from topologies.user_input.files import read_user_text

@@ -61,6 +61,7 @@ from simulator.engine.ranks import RankState as _Rank
 from simulator.engine.ranks import wait_for
 from simulator.engine.refine import rank_seeds, refine_classes
 from simulator.engine.regions import Region, find_regions
+from simulator.engine.timeline import Timeline
 from simulator.engine.timeline_build import (
     program_columns,
     rank_timeline,
@@ -69,7 +70,6 @@ from simulator.engine.timeline_build import (
 )
 from simulator.engine.unroll import Unrolled, ordinal_key
 from simulator.errors import EngineError
-from simulator.outputs.timeline import Timeline
 from topologies.positions import node_position_classes
 from topologies.rows import distinct_count, unique_rows
 from topologies.types import Topology

@@ -15,8 +15,8 @@ import numpy as np
 
 from simulator.engine.compiled import PS_PER_S, CompiledProgram
 from simulator.engine.ranks import Warp
+from simulator.engine.timeline import RankTimeline
 from simulator.engine.unroll import Unrolled
-from simulator.outputs.timeline import RankTimeline
 from workloads.ops import CollectiveOp, ComputeOp, RecvOp, SendOp
 
 

@@ -38,8 +38,8 @@ from topologies.rows import link_index, unique_rows
 from topologies.types import Topology
 from workloads.ops import CollectiveKind, bus_factor
 
-if TYPE_CHECKING:  # type only: the calibration models (pydantic) load when a file is read
-    from simulator.cost.calibration import Calibration
+if TYPE_CHECKING:  # type only: what the pricer reads of a calibration (cost.calibration's)
+    from simulator.network.measured import MeasuredCollectives
 
 MAX_RING_SEARCH = 8  # brute-force the best intra-node ring up to this many GPUs
 BIND_CHUNK_FLOWS = 1 << 15
@@ -148,7 +148,7 @@ class CollectivePricer:
         topology: Topology,
         params: NetworkParams,
         algorithm: str = "auto",
-        calibration: Calibration | None = None,
+        calibration: MeasuredCollectives | None = None,
         gpu: str | None = None,
         protocol: str = "auto",
         library: str | None = None,

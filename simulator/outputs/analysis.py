@@ -26,7 +26,7 @@ import numpy as np
 
 from simulator.cost.terms import INTERFERENCE, LAUNCH_GAPS
 from simulator.engine.compiled import PS_PER_S
-from simulator.outputs.timeline import COMM_KINDS, COMPUTE_KINDS, RankTimeline
+from simulator.engine.timeline import COMM_KINDS, COMPUTE_KINDS, RankTimeline
 
 if TYPE_CHECKING:
     from simulator.engine.ranks import Warp

@@ -33,9 +33,9 @@ from typing import Literal
 
 import numpy as np
 
-from simulator.api import Result
+from simulator.engine.timeline import COMM_KINDS, RankTimeline
+from simulator.outputs.finished import FinishedRun
 from simulator.outputs.kineto import gpu_event, stream_ids, wait_flows, write_kineto_traces
-from simulator.outputs.timeline import COMM_KINDS, RankTimeline
 from simulator.outputs.trace_context import RankInfo, TraceContext
 from simulator.outputs.trace_io import write_trace_json
 from simulator.outputs.trace_names import compact_ranks
@@ -103,7 +103,7 @@ def make_out_dir(path: str | Path, flag: str = "--out") -> Path:
     return out
 
 
-def resolved_config_yaml(result: Result) -> str:
+def resolved_config_yaml(result: FinishedRun) -> str:
     """The run's config with its automatic choices filled in and explained (comments):
     loading it reruns the same simulation without choosing again."""
     from simulator.choices import Choice, resolved_yaml
@@ -113,7 +113,7 @@ def resolved_config_yaml(result: Result) -> str:
 
 
 def write_outputs(
-    result: Result,
+    result: FinishedRun,
     out_dir: str | Path,
     trace_ranks: TraceRanks = None,
     *,
@@ -225,7 +225,7 @@ def write_timeline_csv(path: Path, timelines: Iterable[RankTimeline]) -> Path:
     return path
 
 
-def write_links_csv(path: Path, result: Result) -> Path:
+def write_links_csv(path: Path, result: FinishedRun) -> Path:
     """Every link that carried traffic: endpoints, kind, bandwidth, bytes, utilisation."""
     topo = result.topology
     lb = result.engine.link_bytes

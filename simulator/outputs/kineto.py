@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from simulator.engine.timeline import COMM_KINDS
 from simulator.outputs.kineto_host import (
     COMPUTE_STREAM_ID,
     FIRST_COMM_STREAM_ID,
@@ -32,7 +33,6 @@ from simulator.outputs.kineto_host import (
     HostWalk,
     host_x,
 )
-from simulator.outputs.timeline import COMM_KINDS
 from simulator.outputs.trace_context import RankInfo, TraceContext, comm_args
 from simulator.outputs.trace_io import write_trace_json
 from simulator.outputs.trace_names import kernel_name

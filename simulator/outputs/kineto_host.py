@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
-from simulator.outputs.timeline import COMM_KINDS
+from simulator.engine.timeline import COMM_KINDS
 from simulator.outputs.trace_context import RankInfo, TraceContext, comm_args
 from simulator.outputs.trace_names import ANNOTATION_NAMES, aten_name
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.outputs.timeline import COMM_KINDS
+from simulator.engine.timeline import COMM_KINDS
 
 MAX_RANKS = 4  # rows of a readable Gantt chart: 4 ranks x (compute + 3-5 comm streams)
 COMPUTE_COLOURS = {

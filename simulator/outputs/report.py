@@ -38,9 +38,9 @@ import numpy as np
 from simulator.config import ModelConfig
 from simulator.engine.core import EngineResult
 from simulator.engine.ranks import Warp
+from simulator.engine.timeline import Timeline
 from simulator.outputs.analysis import RankBreakdown, with_skipped_periods
 from simulator.outputs.memory_verdict import NOT_CATEGORIES, memory_verdict
-from simulator.outputs.timeline import Timeline
 from topologies.hardware import GpuSpec
 from topologies.types import Topology
 from workloads.models import model_preset

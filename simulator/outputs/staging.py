@@ -14,8 +14,9 @@ traces, and a rerun into the folder of an earlier run mixed its files with the n
   used; a folder another axsim run wrote (it holds MARKER) is replaced as a whole only
   with `overwrite` (the commands' `--overwrite`); anything else is refused, so axsim
   never deletes files it did not write.
-- `atomic_write_bytes` / `atomic_write_text`: one file written to a temporary name in the
-  same folder, flushed and fsync'ed, then renamed over the target.
+- Every file, the marker among them, is written through simulator/atomic.py (one file
+  renamed into place; a root module, so cost/ writes calibration files the same way
+  without importing outputs/).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from simulator.atomic import atomic_write_text, current_umask
 from simulator.errors import ConfigError
 
 MARKER = ".axsim-output.json"
@@ -38,17 +40,11 @@ _PARTIAL = ".axsim-partial-"
 _OLD = ".axsim-old-"
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _mkdtemp(prefix: str, parent: Path) -> Path:
     """A temporary folder with the permissions a plain mkdir gives (mkdtemp's are 0700,
     and the staging folder becomes the user's output)."""
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    folder.chmod(0o777 & ~_umask())
+    folder.chmod(0o777 & ~current_umask())
     return folder
 
 
@@ -168,27 +164,3 @@ def staged_folder(
     finally:
         if stage.exists():
             shutil.rmtree(stage, ignore_errors=True)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write `data` to `path` through a temporary file renamed over it (see module doc);
-    OSError (with the file's name) on failure, the old file untouched."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would become the file's mode
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return target
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """`atomic_write_bytes` of UTF-8 text."""
-    return atomic_write_bytes(path, text.encode("utf-8"))

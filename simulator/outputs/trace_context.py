@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.engine.timeline import COMM_KINDS, RankTimeline
 from simulator.errors import ConfigError
-from simulator.outputs.timeline import COMM_KINDS, RankTimeline
 from simulator.outputs.trace_names import (
     COLLECTIVE_NAMES,
     KINETO_DTYPES,
@@ -33,8 +33,8 @@ from workloads.graph import Program
 from workloads.ops import CollectiveOp, RecvOp, SendOp, WaitOp
 
 if TYPE_CHECKING:
-    from simulator.api import Result
     from simulator.cost.kernels import KernelModel
+    from simulator.outputs.finished import FinishedRun
 
 PS_PER_S = 10**12
 
@@ -58,12 +58,12 @@ class RankInfo:
 class TraceContext:
     """A finished simulation seen by the trace exporters."""
 
-    result: Result
+    result: FinishedRun
     registry: GroupRegistry
     _issue_cache: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def from_result(cls, result: Result) -> TraceContext:
+    def from_result(cls, result: FinishedRun) -> TraceContext:
         return cls(result, GroupRegistry.build(result.plan.graph.groups))
 
     @property

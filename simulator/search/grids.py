@@ -13,7 +13,7 @@ Three stages, each cheaper per candidate than the next:
    every collective of the program on its group's measured bandwidth;
 2. `screen_candidates`: the `screen` best of them replayed statically
    (simulator/search/estimate.py): compute from the kernel model, overlap as issued;
-3. `simulate_candidates` (simulator/search/simulated.py): the `top` best of the replay
+3. `simulate_candidates` (simulator/trials/simulated.py): the `top` best of the replay
    simulated; the fastest wins.
 The paper's procedure is stage 1 then 3 (its top 10); stage 2 catches grids whose
 communication hides (or fails to hide) behind compute differently than their volume says.

@@ -11,7 +11,7 @@ overlap and Megatron figures).
   statically, the top K of those simulated, the fastest kept.
 - `axonn_overlap`: the best grid of a search re-simulated with the overlap flags added
   one at a time (baseline, +OAR, +ORS, +OAG).
-- `axonn_paper`: the SC'24 paper's own procedure (simulator/search/procedure.py): the
+- `axonn_paper`: the SC'24 paper's own procedure (simulator/trials/procedure.py): the
   published analytical model's top K simulated, the fastest kept; `axonn_split`: its
   grid chosen without overlap (Fig. 7's "Perf model"/"Kernel tuning"), then with
   OAR+ORS+OAG on the same grid ("Coll. overlap"): computation and non-overlapped
@@ -180,7 +180,7 @@ def axonn_search(
 ) -> dict[str, Any]:
     """`axsim search` (simulator/search/grids.py): rank, screen, simulate the top `top`."""
     from simulator.search.grids import DEFAULT_SCREEN
-    from simulator.search.simulated import search
+    from simulator.trials.simulated import search
 
     cfg = _axonn_config(machine, gpus, model, batch_tokens, implementation=implementation)
     return _search_result(search(cfg, top, DEFAULT_SCREEN if screen is None else screen), top)
@@ -216,7 +216,7 @@ def axonn_paper(
 ) -> dict[str, Any]:
     """The paper's procedure: the published model's top `top` grids simulated (with the
     given overlap flags, default all three), the fastest kept."""
-    from simulator.search.procedure import paper_procedure
+    from simulator.trials.procedure import paper_procedure
 
     ov = tuple(overlap) if overlap is not None else None
     cfg = _axonn_config(
@@ -316,7 +316,7 @@ def strategy_best(
 ) -> dict[str, Any]:
     """`axsim compare-strategies` for one strategy: its best configuration's report,
     the configuration, the largest batch it fits and why it was skipped (if it was)."""
-    from simulator.search.strategies import search_strategy
+    from simulator.trials.strategies import search_strategy
 
     base = base_mapping(machine, gpus, model, batch_tokens)
     base["engine"] = {**base.get("engine", {}), "mode": "symmetric"}

@@ -1,7 +1,7 @@
 """AxoNN vs Megatron-LM, Optimus vs Megatron, and ZeRO-3 / ZeRO++ / hierarchical ZeRO++.
 
 AxoNN vs Megatron-LM: each strategy's configuration comes from `axsim
-compare-strategies`' search (simulator/search/strategies.py: memory-feasible degree
+compare-strategies`' search (simulator/trials/strategies.py: memory-feasible degree
 combinations, most promising first, the first N simulated, the fastest kept); AxoNN's
 from `axsim search` (shared with the weak-scaling figure).
 

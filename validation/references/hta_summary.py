@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from simulator.engine.timeline import COMM_KINDS, RankTimeline
 from simulator.outputs.analysis import intersection_length, union
-from simulator.outputs.timeline import COMM_KINDS, RankTimeline
 
 KEYS = ("overlap_pctg", "kernel_time_us", "idle_time_us", "compute_time_us", "non_compute_time_us")
 

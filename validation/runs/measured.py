@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.outputs.timeline import Timeline
+from simulator.engine.timeline import Timeline
 from topologies.hardware import identify_gpu
 from validation.errors import TraceError
 from validation.runs.gloo_groups import Signature, resolve_threads

@@ -16,10 +16,10 @@ from simulator.cost.calibration import Calibration, load_calibration, require_gp
 from simulator.cost.kernels import KernelModel
 from simulator.cost.model import CostModel
 from simulator.engine.core import Engine
+from simulator.engine.timeline import Timeline
 from simulator.errors import SimulatorError
 from simulator.network.params import network_params_for
 from simulator.network.pricing import CollectivePricer
-from simulator.outputs.timeline import Timeline
 from topologies.catalogue import machine_preset
 from topologies.hardware import gpu_spec
 from topologies.machines import build_machine

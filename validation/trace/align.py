@@ -25,7 +25,7 @@ from typing import Literal
 
 import numpy as np
 
-from simulator.outputs.timeline import RankTimeline, Timeline
+from simulator.engine.timeline import RankTimeline, Timeline
 from validation.errors import TraceError
 from validation.trace.comm import CollectiveInfo
 from validation.trace.model import ParsedTrace

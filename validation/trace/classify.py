@@ -1,7 +1,7 @@
 """Kernel classification tables: one place that maps kernel names to timeline kinds.
 
 `classify_kernel(name)` walks `KERNEL_RULES` in order and returns the first match as
-(kind, family). `kind` uses the strings of `simulator.outputs.timeline` (gemm, attention,
+(kind, family). `kind` uses the strings of `simulator.engine.timeline` (gemm, attention,
 elementwise, optimizer, memcpy, quantize) or "collective" for NCCL/RCCL kernels, whose
 collective kind is resolved later from richer metadata (kernel args, the enclosing
 annotation or c10d op) with `collective_kind`. `family` names the library or op class

@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from simulator.outputs.timeline import RankTimeline
+from simulator.engine.timeline import RankTimeline
 from validation.trace.comm import CollectiveInfo, ProcessGroup
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.outputs.timeline import RankTimeline
+from simulator.engine.timeline import RankTimeline
 from validation.trace.classify import (
     COLLECTIVE,
     FREE_OPS,

@@ -1,8 +1,8 @@
 """The paper's procedure run end to end: the published model's top K simulated, the
 fastest kept (simulator/search/published.py has the ranking and its sources).
 
-Apart from the ranking because it simulates through the API (as simulator/search/
-simulated.py does); `axsim search --procedure paper` and `axsim validate`'s AxoNN cases
+In trials/, apart from the ranking, because it simulates through the API (as
+simulator/trials/simulated.py does); `axsim search --procedure paper` and `axsim validate`'s AxoNN cases
 call it. A grid of the top K that does not fit in memory in axsim's model is reported and
 not simulated (the authors could not have run it either).
 """
@@ -16,7 +16,7 @@ from simulator.config import ExperimentConfig
 from simulator.errors import ConfigError
 from simulator.search.grids import Candidate, bandwidth_provider, feasible_candidate
 from simulator.search.published import min_tensor_for, published_ranking
-from simulator.search.simulated import SearchOutcome, simulate_candidates
+from simulator.trials.simulated import SearchOutcome, simulate_candidates
 from workloads.axonn.params import AxonnParallel
 
 PAPER_TOP = 10  # the paper takes the best measured of the model's top 10 (§V-B)

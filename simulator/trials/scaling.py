@@ -207,7 +207,7 @@ def run_case(case: Case, timeout_s: float = 1800) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
-        "simulator.benchmarks.scaling",
+        "simulator.trials.scaling",
         "--child",
         json.dumps(list(case.overrides)),
     ]

@@ -11,7 +11,7 @@ carries the note saying so (simulator/search/batches.py). Two strategies whose b
 configurations are the same program (ZeRO++ and a hierarchical ZeRO++ assignment equal
 to it) are reported as such, not as two results.
 
-    from simulator.search.strategies import compare_strategies
+    from simulator.trials.strategies import compare_strategies
     outcomes = compare_strategies("dgx-h100", 64, "llama2-7b", ["fsdp", "fsdp-tp"])
 """
 

@@ -9,8 +9,9 @@ replay's order and keeping the fastest costs a few simulations and bounds such a
 the best of them; the report's grid choice lists each one's estimate and simulated time,
 so a user sees why the grid won.
 
-Apart from simulator/workload.py (whose static choice `simulate` itself uses, without the
-API) because it runs whole simulations through the API, like simulator/search/simulated.py.
+In trials/, apart from the static choice simulator/workload.py makes through search/
+(which `simulate` itself uses, without the API), because it runs whole simulations
+through the API, like simulator/trials/simulated.py.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The search's last stage: the best candidates simulated, the fastest chosen.
 
-Apart from the ranking (simulator/search/grids.py) because it runs whole simulations
-through the API, while `simulate` itself uses the ranking to pick a grid when the config
-gives none: keeping the two apart keeps the imports one-way.
+In trials/, apart from the ranking (simulator/search/grids.py), because it runs whole
+simulations through the API, while `simulate` itself uses the ranking to pick a grid when
+the config gives none: keeping the two in different rooms keeps the imports one-way.
 """
 
 from __future__ import annotations
