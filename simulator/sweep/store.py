@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.atomic import atomic_write_bytes
 from simulator.sweep.spec import SweepError, SweepPoint
 
 JOURNAL = "rows.jsonl"
@@ -177,10 +178,10 @@ def append_row(path: Path, row: Mapping[str, Any]) -> None:
 
 
 def _atomic_write(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    """simulator/atomic.py's write (fsync'ed, a unique temporary name: two writers never
+    share one), with the sweep's one-line error."""
     try:
-        tmp.write_bytes(payload)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, payload)
     except OSError as exc:
         raise SweepError(f"{path}: cannot write ({exc.strerror})") from None
 
