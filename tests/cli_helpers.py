@@ -22,3 +22,17 @@ def all_commands() -> dict[str, click.Command]:
     ctx = click.Context(app)
     commands = {name: app.get_command(ctx, name) for name in app.list_commands(ctx)}
     return {name: cmd for name, cmd in commands.items() if cmd is not None}
+
+
+def output_schema(name: str) -> dict[str, object]:
+    """The JSON Schema `axsim schema --output NAME` prints."""
+    from simulator.commands.schema import json_outputs
+
+    return json_outputs(app)[name]()
+
+
+def assert_valid_output(name: str, document: object) -> None:
+    """`document` (a parsed JSON output of command `name`) validates against its schema."""
+    import jsonschema
+
+    jsonschema.Draft202012Validator(output_schema(name)).validate(document)

@@ -283,7 +283,7 @@ def test_a_custom_topology_link_end_that_is_not_a_name(
     tree["links"][0]["src"] = ["a.gpu0"]
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(tree))
-    err = one_line_error(["topology", "custom", "--file", str(path), "--json"], capsys)
+    err = one_line_error(["topology", "--machine", "custom", "--file", str(path), "--json"], capsys)
     assert "t.yaml: links.0.src: Input should be a valid string" in err
 
 

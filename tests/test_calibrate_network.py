@@ -151,7 +151,7 @@ def test_recorded_nccl_tests_log_round_trips(
     cal = write_calibration(
         calibrate([LOG], logs=LogOptions(machine="dgx-h100")), tmp_path / "p5.yaml"
     )
-    args = ["collective", "dgx-h100", "--nodes", "1", "--group", "8", "--op", "all-reduce",
+    args = ["collective", "--machine", "dgx-h100", "--nodes", "1", "--group", "8", "--op", "all-reduce",
             "--instances", "one", "--bytes", "8:16G", "--factor", "2", "--calibration",
             str(cal), "--format", "nccl-tests"]  # fmt: skip
     capsys.readouterr()

@@ -12,6 +12,7 @@ from simulator.cli import main
 from simulator.cost.calibration import load_calibration
 from simulator.cost.kernels import KernelModel
 from tests import calibrate_synth as synth
+from tests.cli_helpers import assert_valid_output
 from topologies.machines import build_machine
 from validation.calibration.calibrate import calibrate, write_calibration
 from workloads.ops import ComputeKind, ComputeOp
@@ -81,6 +82,7 @@ def test_cli(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     out = tmp_path / "cal.yaml"
     assert main(["calibrate", str(run_dir), "-o", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
+    assert_valid_output("calibrate", summary)
     assert summary["gpus"]["h100"]["gemm_shapes"] == len(synth.SHAPES)
     assert summary["gpus"]["h100"]["overlap_slowdown"] == pytest.approx(synth.SLOWDOWN)
     assert load_calibration(out).gpus["h100"].collectives

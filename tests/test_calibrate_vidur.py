@@ -42,7 +42,7 @@ def test_every_size_within_ten_percent(csv: Path, machine: str, every: int, cal_
 
 
 def test_collective_cli_per_node(cal_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["collective", "dgx-a100", "--nodes", "2", "--group", "16", "--per-node", "8",
+    args = ["collective", "--machine", "dgx-a100", "--nodes", "2", "--group", "16", "--per-node", "8",
             "--bytes", "64M", "--instances", "one", "--calibration", str(cal_file), "--json"]  # fmt: skip
     assert main(args) == 0
     (row,) = json.loads(capsys.readouterr().out)

@@ -16,7 +16,7 @@ from simulator.cli import main
 from tests.cli_helpers import one_line_error
 
 DATA = Path(__file__).parent / "data"
-COLLECTIVE = ["collective", "dgx-h100", "--nodes", "2", "--group", "8"]
+COLLECTIVE = ["collective", "--machine", "dgx-h100", "--nodes", "2", "--group", "8"]
 CUSTOM = str(DATA / "custom_topology.yaml")
 VIDUR = DATA / "vidur_network" / "h100_dgx__all_reduce.csv"
 SWEEP_SET = (
@@ -50,11 +50,14 @@ def _custom_gpu_off_node(tmp_path: Path) -> str:
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["collective", "dgx-h100", "--nodes", "2", "--group", "1"], "at least 2 GPUs"),
+        (
+            ["collective", "--machine", "dgx-h100", "--nodes", "2", "--group", "1"],
+            "at least 2 GPUs",
+        ),
         ([*COLLECTIVE, "--per-node", "4", "--placement", "2"], "not both"),
         ([*COLLECTIVE, "--factor", "nan"], "not a finite"),
         ([*COLLECTIVE, "--bytes", "1M:1G", "--factor", "1.0000001"], "use a larger factor"),
-        (["collective", "custom", "--group", "2"], "needs --file"),
+        (["collective", "--machine", "custom", "--group", "2"], "needs --file"),
         (["calibrate", str(VIDUR), "-o", "x.yaml", "--tolerance", "nan"], "not a finite"),
         (["compare", "--traces", ".", "--tolerance", "nan"], "not a finite"),
         (["figures", "--only", ""], "give at least one name"),
@@ -102,7 +105,10 @@ def test_bad_files_are_one_line_and_exit_2(
             ["calibrate", _vidur_with_a_negative_time(tmp_path), "-o", str(tmp_path / "c.yaml")],
             "line 5",
         ),
-        (["topology", "custom", "--file", _custom_gpu_off_node(tmp_path)], "must be on a node"),
+        (
+            ["topology", "--machine", "custom", "--file", _custom_gpu_off_node(tmp_path)],
+            "must be on a node",
+        ),
     ]
     spec = tmp_path / "sweep.yaml"
     spec.write_text(SWEEP_SET)
@@ -119,6 +125,17 @@ def test_bad_files_are_one_line_and_exit_2(
 
 
 def test_collective_runs_on_a_custom_topology(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["collective", "custom", "--file", CUSTOM, "--group", "4", "--bytes", "64M", "--json"]
+    args = [
+        "collective",
+        "--machine",
+        "custom",
+        "--file",
+        CUSTOM,
+        "--group",
+        "4",
+        "--bytes",
+        "64M",
+        "--json",
+    ]
     assert main(args) == 0
     assert '"busbw_GBps"' in capsys.readouterr().out

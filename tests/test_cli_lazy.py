@@ -52,7 +52,7 @@ def test_a_call_imports_only_its_command() -> None:
 def test_a_collective_run_needs_no_config_report_or_calibration_models() -> None:
     loaded = _modules_after(
         "from simulator.cli import main\n"
-        "try:\n    main(['collective', 'dgx-h100', '--nodes', '1', '--group', '8',"
+        "try:\n    main(['collective', '--machine', 'dgx-h100', '--nodes', '1', '--group', '8',"
         " '--bytes', '64M'])\nexcept SystemExit:\n    pass"
     )
     assert loaded["simulator.commands.collective"] and loaded["simpy"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
+from tests.cli_helpers import assert_valid_output
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 MODEL = ["small", "--layers", "2", "--steps", "4", "--warmup", "1", "--timing-steps", "0"]
@@ -76,6 +77,7 @@ def test_calibration_closes_on_a(runs: dict[str, Path], capsys: pytest.CaptureFi
         ["compare", "--traces", str(runs["A"]), "--calibration", str(runs["cal"]), "--json"]
     )
     report = json.loads(capsys.readouterr().out)
+    assert_valid_output("compare", report)
     assert code == 0 and abs(report["iteration_error"]) < 0.05  # the per-op term closes A
     kinds = {r["name"]: r for r in report["rows"] if r["scope"] == "kind"}
     for kind in ("gemm", "attention", "elementwise", "optimizer", "overhead"):

@@ -90,7 +90,9 @@ def test_presets_list_machines_models_gpus_and_strategies(
 ) -> None:
     assert main(["presets", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"machines", "models", "gpus", "strategies"}
+    assert set(data) == {"schema_version", "axsim_version", "machines", "models", "gpus"} | {
+        "strategies"
+    }
     machines = {m["name"]: m for m in data["machines"]}
     assert (
         machines["perlmutter"]["gpu"] == "a100-40gb"

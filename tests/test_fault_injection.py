@@ -306,7 +306,7 @@ def test_two_sweeps_on_one_folder(tmp_path: Path, capsys: pytest.CaptureFixture[
     "args",
     [
         ["presets"],
-        ["topology", "dgx-h100", "--nodes", "2", "--json"],
+        ["topology", "--machine", "dgx-h100", "--nodes", "2", "--json"],
         ["simulate", *SMALL],
     ],
 )

@@ -11,6 +11,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
+from tests.cli_helpers import assert_valid_output
 from validation.experiments.runner import TaskFailed, build_figures, run_tasks
 from validation.experiments.tasks import Figure, FigureOutput, task
 from validation.figures import all_figures, select
@@ -116,6 +117,7 @@ def test_cli_one_figure_and_unknown_name(
     args = ["figures", "--reduced", "--jobs", "1", "--out", str(tmp_path), "--json"]
     assert main([*args, "--only", "nccl-busbw"]) == 0
     summary = json.loads(capsys.readouterr().out)
+    assert_valid_output("figures", summary)
     assert [f["name"] for f in summary["figures"]] == ["nccl-busbw"]
     assert summary["figures"][0]["error"] is None and (tmp_path / "summary.json").is_file()
     assert main([*args, "--only", "no-such-figure"]) == 2

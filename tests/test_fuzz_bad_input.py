@@ -248,10 +248,20 @@ def test_custom_topologies(tree: Any, collective: bool) -> None:
         if collective:
             run_cli(
                 "topology",
-                ["collective", "custom", "--file", path, "--group", "2", "--bytes", "1M"],
+                [
+                    "collective",
+                    "--machine",
+                    "custom",
+                    "--file",
+                    path,
+                    "--group",
+                    "2",
+                    "--bytes",
+                    "1M",
+                ],
             )
         else:
-            run_cli("topology", ["topology", "custom", "--file", path, "--json"])
+            run_cli("topology", ["topology", "--machine", "custom", "--file", path, "--json"])
 
 
 NAME_TEXT = st.lists(
@@ -277,7 +287,7 @@ def test_names_from_files_are_printed_as_text(name: str, description: str, devic
             link[end] = device if link[end] == old else link[end]
     with scratch() as d:
         path = str(_dump(tree, d / "t.yaml"))
-        run = run_cli("names", ["topology", "custom", "--file", path])
+        run = run_cli("names", ["topology", "--machine", "custom", "--file", path])
     assert not any(ch in run.out for ch in "\x1b\x07\r\u202e"), run.out
 
 

@@ -41,7 +41,7 @@ SMALL = ["--machine", "dgx-h100", "--gpus", "16", "--model", "gpt-tiny", "--batc
 def test_collective_sizes_out_of_range(
     size: str, needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["collective", "dgx-h100", "--nodes", "1", "--group", "8", "--bytes", size]
+    args = ["collective", "--machine", "dgx-h100", "--nodes", "1", "--group", "8", "--bytes", size]
     assert needle in one_line_error(args, capsys)
 
 
@@ -60,12 +60,25 @@ def test_trace_ranks_beyond_any_world(tmp_path: Path, capsys: pytest.CaptureFixt
     "args,needle",
     [
         (
-            ["topology", "dgx-h100", "--nodes", "2", "--intra-node-scale", "1e300"],
+            ["topology", "--machine", "dgx-h100", "--nodes", "2", "--intra-node-scale", "1e300"],
             "0.0001<=x<=10000",
         ),
-        (["topology", "dgx-h100", "--nodes", "2", "--nic-bandwidth", "1e300"], "--nic-bandwidth"),
         (
-            ["collective", "dgx-h100", "--nodes", "2", "--group", "16", "--nic-bandwidth", "1e7"],
+            ["topology", "--machine", "dgx-h100", "--nodes", "2", "--nic-bandwidth", "1e300"],
+            "--nic-bandwidth",
+        ),
+        (
+            [
+                "collective",
+                "--machine",
+                "dgx-h100",
+                "--nodes",
+                "2",
+                "--group",
+                "16",
+                "--nic-bandwidth",
+                "1e7",
+            ],
             "--nic",
         ),
         (
@@ -89,7 +102,7 @@ def test_a_custom_link_of_1e300_is_refused(
     tree["links"][0]["bandwidth_GBps"] = 1e300
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(tree))
-    err = one_line_error(["topology", "custom", "--file", str(path)], capsys)
+    err = one_line_error(["topology", "--machine", "custom", "--file", str(path)], capsys)
     assert "links.0.bandwidth_GBps: Input should be less than or equal to 1000000" in err
 
 
@@ -233,7 +246,10 @@ def fifo(tmp_path: Path) -> Path:
     [
         (lambda p: ["simulate", str(p)], "cannot read the config file"),
         (lambda p: ["simulate", *SMALL, "--calibration", str(p)], "calibration file"),
-        (lambda p: ["topology", "custom", "--file", str(p)], "cannot read custom topology"),
+        (
+            lambda p: ["topology", "--machine", "custom", "--file", str(p)],
+            "cannot read custom topology",
+        ),
         (lambda p: ["sweep", str(p)], "cannot read"),
         (lambda p: ["calibrate", str(p), "-o", "/tmp/axsim-never.yaml"], "cannot read"),
     ],
@@ -328,8 +344,8 @@ def test_names_from_files_are_printed_as_text(
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(tree, allow_unicode=True))
     for args in (
-        ["topology", "custom", "--file", str(path)],
-        ["collective", "custom", "--file", str(path), "--group", "4", "--bytes", "1M"],
+        ["topology", "--machine", "custom", "--file", str(path)],
+        ["collective", "--machine", "custom", "--file", str(path), "--group", "4", "--bytes", "1M"],
         ["simulate", "--machine", "custom", "--set", f"cluster.topology_file={path}",
          "--model", "gpt-tiny", "--batch-tokens", "4096"],
     ):  # fmt: skip

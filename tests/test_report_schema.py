@@ -36,11 +36,12 @@ def test_simulate_json_validates_against_the_published_schema(
 
 def test_every_json_output_carries_the_versions(capsys: pytest.CaptureFixture[str]) -> None:
     outputs = [
-        _json(capsys, ["topology", "dgx-h100", "--nodes", "1", "--json"]),
+        _json(capsys, ["topology", "--machine", "dgx-h100", "--nodes", "1", "--json"]),
         *_json(
             capsys,
             [
                 "collective",
+                "--machine",
                 "dgx-h100",
                 "--nodes",
                 "1",

@@ -279,3 +279,37 @@ def test_spec_file_with_base_path(tmp_path: Path) -> None:
     )
     rows = [json.loads(line) for line in (tmp_path / "o" / "rows.jsonl").read_text().splitlines()]
     assert rows[0]["status"] == "ok" and rows[0]["network_model"] == "alpha-beta"
+
+
+def test_ctrl_c_while_dask_workers_start_is_one_line(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole foreground process group: before issue 34 each starting
+    Dask worker printed a KeyboardInterrupt traceback and the half-built cluster another
+    at exit (125 lines for 2 workers). Now the workers ignore it and the sweep takes it
+    once the cluster is whole: one line, exit 130."""
+    pytest.importorskip("distributed")
+    spec = {"set": BASE_SET, "axes": {"cluster.nic_bandwidth_GBps": [5, 10, 20, 40]}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    cmd = [sys.executable, "-m", "simulator", "sweep", "spec.yaml", "--out", "out"]
+    cmd += ["--dask-local", "1", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if children.is_file() and children.read_text().split():  # workers starting
+            break
+        time.sleep(0.01)
+    if proc.poll() is not None:
+        pytest.fail(f"the sweep ended before Ctrl-C: {proc.stderr.read()}")  # type: ignore[union-attr]
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.strip() == "axsim: aborted", err
+    assert len(read_journal(tmp_path / "out" / "rows.jsonl")) < 4  # stopped, rows kept

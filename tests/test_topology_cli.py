@@ -13,7 +13,7 @@ EXAMPLE = str(Path(__file__).parent / "data" / "custom_topology.yaml")
 
 
 def test_json_output_is_one_valid_object(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["topology", "frontier", "--nodes", "200", "--json"]) == 0
+    assert main(["topology", "--machine", "frontier", "--nodes", "200", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["gpus"] == 1600 and data["nics_per_node"] == 4
     assert data["injection_per_gpu_GBps"] == 12.5
@@ -24,7 +24,7 @@ def test_json_output_is_one_valid_object(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_json_for_one_node_has_no_fabric_bisection(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["topology", "dgx-h100", "--nodes", "1", "--json"]) == 0
+    assert main(["topology", "--machine", "dgx-h100", "--nodes", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["bisection_GBps"] is None
     assert data["node_bisection_GBps"] == 1800.0
@@ -33,6 +33,7 @@ def test_json_for_one_node_has_no_fabric_bisection(capsys: pytest.CaptureFixture
 def test_what_if_flags(capsys: pytest.CaptureFixture[str]) -> None:
     args = [
         "topology",
+        "--machine",
         "perlmutter",
         "--nodes",
         "4",
@@ -53,14 +54,14 @@ def test_what_if_flags(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_rich_table_output(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["topology", "frontera-rtx", "--nodes", "90"]) == 0
+    assert main(["topology", "--machine", "frontera-rtx", "--nodes", "90"]) == 0
     out = capsys.readouterr().out
     for text in ("Devices", "Directed links", "bisection", "Sample routes", "n0.gpu0"):
         assert text in out
 
 
 def test_custom_file(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["topology", "custom", "--file", EXAMPLE, "--json"]) == 0
+    assert main(["topology", "--machine", "custom", "--file", EXAMPLE, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["machine"] == "custom" and data["gpus"] == 4
 
@@ -68,21 +69,36 @@ def test_custom_file(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["topology", "cray-1", "--nodes", "2"], "unknown machine"),
-        (["topology", "frontier"], "--nodes is required"),
-        (["topology", "frontier", "--nodes", "0"], "nodes must be a positive integer"),
-        (["topology", "frontier", "--nodes", "2", "--nic-bandwidth", "-1"], "--nic-bandwidth"),
-        (["topology", "frontier", "--nodes", "2", "--nic-bandwidth", "nan"], "not a finite number"),
-        (["topology", "frontier", "--nodes", "100000000"], "more than the 262,144 axsim builds"),
-        (["topology", "frontier", "--nodes", "2", "--gpu", "nope"], "unknown GPU"),
-        (["topology", "frontier", "--nodes", "2", "--routing", "nope"], "--routing"),
-        (["topology", "dgx-h100", "--nodes", "2", "--routing", "valiant"], "not supported"),
-        (["topology", "frontier", "--nodes", "2", "--file", EXAMPLE], "--file is only for"),
-        (["topology", "custom"], "needs --file"),
-        (["topology", "summit"], "unknown machine 'summit'"),
-        (["topology", "frontier"], "--nodes is required"),
-        (["topology", "custom", "--file", "missing.yaml"], "cannot read"),
-        (["topology", "custom", "--file", EXAMPLE, "--nodes", "3"], "not applicable"),
+        (["topology", "--machine", "cray-1", "--nodes", "2"], "unknown machine"),
+        (["topology", "--machine", "frontier"], "--gpus or --nodes: give the size"),
+        (["topology", "--machine", "frontier", "--nodes", "0"], "'--nodes': 0 is not in the range"),
+        (
+            ["topology", "--machine", "frontier", "--nodes", "2", "--nic-bandwidth", "-1"],
+            "--nic-bandwidth",
+        ),
+        (
+            ["topology", "--machine", "frontier", "--nodes", "2", "--nic-bandwidth", "nan"],
+            "not a finite number",
+        ),
+        (
+            ["topology", "--machine", "frontier", "--nodes", "100000000"],
+            "more than the 262,144 axsim builds",
+        ),
+        (["topology", "--machine", "frontier", "--nodes", "2", "--gpu", "nope"], "unknown GPU"),
+        (["topology", "--machine", "frontier", "--nodes", "2", "--routing", "nope"], "--routing"),
+        (
+            ["topology", "--machine", "dgx-h100", "--nodes", "2", "--routing", "valiant"],
+            "not supported",
+        ),
+        (
+            ["topology", "--machine", "frontier", "--nodes", "2", "--file", EXAMPLE],
+            "--file is only for",
+        ),
+        (["topology", "--machine", "custom"], "needs --file"),
+        (["topology", "--machine", "summit"], "unknown machine 'summit'"),
+        (["topology", "--machine", "frontier"], "--gpus or --nodes: give the size"),
+        (["topology", "--machine", "custom", "--file", "missing.yaml"], "cannot read"),
+        (["topology", "--machine", "custom", "--file", EXAMPLE, "--nodes", "3"], "not applicable"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(

@@ -89,8 +89,16 @@ def _bad_files(tmp: Path) -> list[tuple[list[str], Path, str]]:
     calibration.write_text("gpus:\n  h100:\n    overlap_slowdown: 0\n")
     return [
         (["simulate", str(config), "--json"], config, "cluster.nic_bandwidth_GBps"),
-        (["topology", "custom", "--file", str(topo_yaml)], topo_yaml, "links.3.bandwidth_GBps"),
-        (["topology", "custom", "--file", str(topo_json)], topo_json, "links.3.bandwidth_GBps"),
+        (
+            ["topology", "--machine", "custom", "--file", str(topo_yaml)],
+            topo_yaml,
+            "links.3.bandwidth_GBps",
+        ),
+        (
+            ["topology", "--machine", "custom", "--file", str(topo_json)],
+            topo_json,
+            "links.3.bandwidth_GBps",
+        ),
         (
             [
                 "simulate",
@@ -162,4 +170,4 @@ def test_schemas_accept_the_examples_and_reject_bad_files(
 
 def test_schema_flags_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
     err = one_line_error(["schema", "--topology", "--sweep"], capsys)
-    assert "give one of --report, --topology, --sweep, not --topology and --sweep" in err
+    assert "give one of --report, --topology, --sweep, --output, not --topology and --sweep" in err

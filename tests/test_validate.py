@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from simulator.cli import main
+from tests.cli_helpers import assert_valid_output
 from validation.cases.claim_ratios import claim_cases
 from validation.cases.validate import Case, CaseResult, all_cases, run_validation, select_cases
 from validation.published import axonn_bandwidths, axonn_frontier, axonn_perlmutter, load_yaml
@@ -96,6 +97,7 @@ def test_error_and_status() -> None:
 def test_validate_runs(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["validate", "--reduced", "--only", SUBSET, "--json", "--jobs", "2"])
     out = json.loads(capsys.readouterr().out)
+    assert_valid_output("validate", out)
     cases = out["cases"]
     assert len(cases) == len(select_cases(SUBSET))
     for c in cases:

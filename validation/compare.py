@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,7 @@ def compare(
     tolerance: float = DEFAULT_TOLERANCE,
     machine: str | None = None,
     network: str = "contention",
+    sets: Sequence[str] = (),
 ) -> Comparison:
     """Simulate the traced run and join it with the traces (see module doc)."""
     from validation.calibration.calibrate import collect_inputs
@@ -239,7 +241,7 @@ def compare(
             f"{traces}: no trace of rank {shown} (world size {run.timeline.world_size}); "
             "the per-kind and per-group means need one trace per rank"
         )
-    sim = simulate_config(cfg, calibration, machine, network, run.timeline.world_size)
+    sim = simulate_config(cfg, calibration, machine, network, run.timeline.world_size, sets)
     steps = measured_steps(run)
     counted = counted_steps(steps)
     if not counted:

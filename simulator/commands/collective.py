@@ -7,6 +7,14 @@ from typing import Any
 
 import click
 
+from simulator.commands.options import (
+    json_option,
+    machine_option,
+    positional_machine,
+    resolve_machine,
+    set_option,
+    size_options,
+)
 from simulator.commands.params import (
     ALGORITHM_HELP,
     BANDWIDTH_GBPS,
@@ -49,11 +57,19 @@ def _nccl_tests_text(
     return format_nccl_tests(CollectiveKind(op), rows, nodes, device, title)
 
 
+def collective_schema() -> dict[str, object]:
+    """`axsim collective --json` (simulator/outputs/json_schemas.py)."""
+    from simulator.outputs.json_schemas import collective_json_schema
+
+    return collective_json_schema()
+
+
 def register(app: click.Group) -> None:
     @app.command("collective")
-    @click.argument("machine")
-    @click.option("--nodes", type=int, default=None, help="Number of nodes (machine presets).")
-    @click.option("--file", "file", default=None, help="Custom topology file (MACHINE=custom).")
+    @positional_machine()
+    @machine_option()
+    @size_options()
+    @click.option("--file", "file", default=None, help="Custom topology file (--machine custom).")
     @click.option(
         "--op", "op", default="all-reduce", show_default=True, help=f"One of: {', '.join(OPS)}."
     )
@@ -147,9 +163,12 @@ def register(app: click.Group) -> None:
         show_default=True,
         help="A rich table, a JSON list, or the table nccl-tests / rccl-tests print.",
     )
-    @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+    @set_option("Here cluster.FIELD only: the machine's fields.")
+    @json_option("collective", collective_schema, "Same as --format json: one list of rows.")
     def collective(
-        machine: str,
+        machine_arg: str | None,
+        machine: str | None,
+        gpus: int | None,
         nodes: int | None,
         file: str | None,
         op: str,
@@ -169,6 +188,7 @@ def register(app: click.Group) -> None:
         calibration: str | None,
         library: str | None,
         fmt: str,
+        sets: tuple[str, ...],
         as_json: bool,
     ) -> None:
         """Time a collective for a sweep of message sizes (time, algbw, busbw)."""
@@ -188,11 +208,9 @@ def register(app: click.Group) -> None:
             "routing": routing,
             "gpudirect_rdma": False if no_gdr else None,
         }
+        name = resolve_machine(machine_arg, machine, "collective")
         topo = build_from_flags(
-            machine,
-            nodes,
-            file,
-            {"intra_node_bandwidth_scale": None, **what_if},
+            name, (gpus, nodes), file, {"intra_node_bandwidth_scale": None, **what_if}, sets
         )
         sizes = parse_size_sweep(size, factor)
         params = network_params_for(topo)

@@ -7,6 +7,15 @@ import sys
 
 import click
 
+from simulator.commands.options import (
+    json_option,
+    machine_option,
+    model_option,
+    progress_option,
+    set_option,
+    shape_options,
+    size_options,
+)
 from simulator.commands.params import calibration_option, network_option
 from simulator.errors import ConfigError
 from simulator.outputs.versions import stamp
@@ -86,30 +95,29 @@ def render_outcomes(outcomes: list[StrategyOutcome], title: str) -> None:
     )
 
 
+def compare_strategies_schema() -> dict[str, object]:
+    """`axsim compare-strategies --json` (simulator/outputs/json_schemas.py)."""
+    from simulator.outputs.json_schemas import compare_strategies_json_schema
+
+    return compare_strategies_json_schema()
+
+
 def register(app: click.Group) -> None:
     @app.command("compare-strategies")
     @click.argument("config", required=False, type=click.Path(dir_okay=False))
-    @click.option("--machine", default=None, help="Machine preset, e.g. dgx-h100.")
-    @click.option("--gpus", type=int, default=None, help="Number of GPUs.")
-    @click.option("--model", default=None, help="Model preset, e.g. llama2-7b.")
+    @machine_option()
+    @size_options()
+    @model_option()
     @click.option(
         "--strategies",
         default=",".join(DEFAULT_STRATEGIES),
         show_default=True,
         help="Comma-separated strategies; speedups are relative to the first.",
     )
-    @click.option(
-        "--batch-tokens", type=int, default=None, help="Global batch in tokens (default 2^24)."
-    )
-    @click.option("--seq-len", type=int, default=None, help="Sequence length.")
+    @shape_options("(default 2^24).")
     @network_option()
     @calibration_option()
-    @click.option(
-        "--set",
-        "sets",
-        multiple=True,
-        help="Override any config field: section.field=value (repeatable; not parallel.*).",
-    )
+    @set_option("Not parallel.*: each strategy's parallel section is searched.")
     @click.option(
         "--max-candidates",
         type=click.IntRange(min=1),
@@ -117,14 +125,17 @@ def register(app: click.Group) -> None:
         show_default=True,
         help="Configurations simulated per strategy (after memory pruning).",
     )
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON list to stdout.")
-    @click.option(
-        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
+    @json_option(
+        "compare-strategies",
+        compare_strategies_schema,
+        "One list: an object per strategy (its report's keys, config and speedup).",
     )
+    @progress_option()
     def compare_cmd(
         config: str | None,
         machine: str | None,
         gpus: int | None,
+        nodes: int | None,
         model: str | None,
         strategies: str,
         batch_tokens: int | None,
@@ -159,9 +170,10 @@ def register(app: click.Group) -> None:
                 "use axsim simulate --strategy NAME --set parallel.FIELD=VALUE for one run"
             )
         flags = flag_overrides(
-            machine, gpus, model, None, batch_tokens, seq_len, None, None, network, calibration
-        )
-        cfg = resolve_config(config, None, flags, sets)
+            machine, gpus, model, None, batch_tokens, seq_len, None, None, network, calibration,
+            nodes,
+        )  # fmt: skip
+        cfg = resolve_config(config, None, flags, sets, (gpus, nodes))
         base = config_base(cfg)
         print(
             f"axsim compare-strategies: {len(names)} strategies x up to {max_candidates} "

@@ -9,6 +9,8 @@ from typing import Any, get_args
 
 import click
 
+from simulator.commands.options import json_option
+
 KINDS = ("machines", "models", "gpus", "strategies")
 
 
@@ -129,17 +131,26 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def presets_schema() -> dict[str, object]:
+    """`axsim presets --json` (simulator/outputs/json_schemas.py)."""
+    from simulator.outputs.json_schemas import presets_json_schema
+
+    return presets_json_schema()
+
+
 def register(app: click.Group) -> None:
     @app.command("presets")
     @click.argument("kind", required=False, type=click.Choice(KINDS))
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: kind -> rows.")
+    @json_option("presets", presets_schema, "One object: kind -> rows.")
     def presets_cmd(kind: str | None, as_json: bool) -> None:
         """List the machines, models, GPUs and strategies (KIND: one of them; default all)
         with their key numbers."""
         kinds = (kind,) if kind else KINDS
         data = {k: ROWS[k]() for k in kinds}
         if as_json:
-            click.echo(json.dumps(data, default=str))
+            from simulator.outputs.versions import stamp
+
+            click.echo(json.dumps(stamp(dict(data)), default=str))
             return
         for k in kinds:
             _render(k, data[k])

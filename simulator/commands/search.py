@@ -6,19 +6,34 @@ import json
 
 import click
 
+from simulator.commands.options import (
+    json_option,
+    machine_option,
+    model_option,
+    progress_option,
+    set_option,
+    shape_options,
+    size_options,
+)
 from simulator.commands.params import calibration_option, network_option
 from simulator.commands.simulate import flag_overrides, resolve_config
 from simulator.outputs.versions import stamp
 
 
+def search_schema() -> dict[str, object]:
+    """`axsim search --json` (simulator/outputs/json_schemas.py)."""
+    from simulator.outputs.json_schemas import search_json_schema
+
+    return search_json_schema()
+
+
 def register(app: click.Group) -> None:
     @app.command("search")
     @click.argument("config", required=False, type=click.Path(dir_okay=False))
-    @click.option("--machine", default=None, help="Machine preset.")
-    @click.option("--gpus", type=int, default=None, help="Number of GPUs.")
-    @click.option("--model", default=None, help="Model preset.")
-    @click.option("--batch-tokens", type=int, default=None, help="Global batch in tokens.")
-    @click.option("--seq-len", type=int, default=None, help="Sequence length.")
+    @machine_option()
+    @size_options()
+    @model_option()
+    @shape_options()
     @click.option(
         "--top",
         type=click.IntRange(min=1),
@@ -51,20 +66,14 @@ def register(app: click.Group) -> None:
     )
     @network_option()
     @calibration_option("Calibration file from `axsim calibrate` (for the simulated grids).")
-    @click.option(
-        "--set",
-        "sets",
-        multiple=True,
-        help="Override any config field: section.field=value (repeatable).",
-    )
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: ranked and best.")
-    @click.option(
-        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
-    )
+    @set_option()
+    @json_option("search", search_schema, "One object: the ranked grids and the best's report.")
+    @progress_option()
     def search_cmd(
         config: str | None,
         machine: str | None,
         gpus: int | None,
+        nodes: int | None,
         model: str | None,
         batch_tokens: int | None,
         seq_len: int | None,
@@ -87,9 +96,10 @@ def register(app: click.Group) -> None:
         if screen is not None and screen < 0:
             raise ConfigError(f"--screen must be non-negative, got {screen}")
         flags = flag_overrides(
-            machine, gpus, model, None, batch_tokens, seq_len, None, None, network, calibration
-        )
-        cfg = resolve_config(config, "axonn", flags, sets)
+            machine, gpus, model, None, batch_tokens, seq_len, None, None, network, calibration,
+            nodes,
+        )  # fmt: skip
+        cfg = resolve_config(config, "axonn", flags, sets, (gpus, nodes))
         label = f"simulating the {top} most promising grids"
         if procedure == "paper" and (screen is not None or bandwidths != "topology"):
             raise ConfigError(

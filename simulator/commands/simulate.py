@@ -7,6 +7,15 @@ import sys
 
 import click
 
+from simulator.commands.options import (
+    json_option,
+    machine_option,
+    model_option,
+    progress_option,
+    set_option,
+    shape_options,
+    size_options,
+)
 from simulator.commands.params import ENGINE_HELP, calibration_option, network_option
 from simulator.config import ExperimentConfig, load_config
 from simulator.errors import ConfigError
@@ -27,13 +36,17 @@ def flag_overrides(
     engine: str | None,
     network: str | None,
     calibration: str | None,
+    nodes: int | None = None,
 ) -> list[str]:
-    """Translate convenience flags into dotted overrides (applied before --set)."""
+    """Translate convenience flags into dotted overrides (applied before --set). Given
+    both, --gpus is the override and `check_size_flags` compares --nodes after loading."""
     out: list[str] = []
     if machine is not None:  # an empty value is an error, not the default
         out.append(f"cluster.machine={json.dumps(machine)}")
     if gpus is not None:
         out.append(f"cluster.gpus={gpus}")  # replaces a node count (apply_overrides)
+    elif nodes is not None:
+        out.append(f"cluster.nodes={nodes}")  # replaces a GPU count
     if model is not None:
         out.append(f"model.name={json.dumps(model)}")
     if grid is not None:
@@ -66,28 +79,60 @@ def flag_overrides(
 
 
 def resolve_config(
-    config_path: str | None, strategy: str | None, overrides: list[str], sets: tuple[str, ...]
+    config_path: str | None,
+    strategy: str | None,
+    overrides: list[str],
+    sets: tuple[str, ...],
+    size: tuple[int | None, int | None] = (None, None),
 ) -> ExperimentConfig:
     """Config file (or embedded default) + --strategy + flags + --set, validated once (a
-    new strategy resets the parallel section: `simulator.config.apply_overrides`)."""
+    new strategy resets the parallel section: `simulator.config.apply_overrides`);
+    `size` is (--gpus, --nodes), checked against each other on the machine."""
     if strategy and strategy not in STRATEGY_NAMES:
         raise ConfigError(
             f"--strategy: unknown strategy '{strategy}' (known: {', '.join(STRATEGY_NAMES)})"
         )
     head = [f"parallel.strategy={strategy}"] if strategy else []
+    gpus, nodes = size
+    if gpus is not None:
+        check_size_flags(config_path, [*head, *overrides, *sets], gpus, nodes)
     return load_config(config_path, [*head, *overrides, *sets])
+
+
+def check_size_flags(
+    config_path: str | None, overrides: list[str], gpus: int, nodes: int | None
+) -> None:
+    """--gpus must fill whole nodes of the run's machine and, with --nodes, name the same
+    size (one line naming the flags, not the config's `cluster.gpus=... is not ...`)."""
+    from simulator.config import apply_overrides, default_config_mapping, read_yaml_mapping
+
+    data = default_config_mapping() if config_path is None else read_yaml_mapping(config_path)
+    cluster = apply_overrides(data, overrides).get("cluster")
+    machine = str(cluster.get("machine", "perlmutter")) if isinstance(cluster, dict) else ""
+    if machine.strip().lower() == "custom":
+        if nodes is None:
+            return  # part of a custom topology: build.py checks it against the file
+        raise ConfigError(
+            "--nodes: a custom topology's nodes are its file's; give --gpus to use part of it"
+        )
+    from simulator.commands.options import preset_nodes
+
+    preset_nodes(machine.strip().lower(), gpus, nodes)
+
+
+def report_schema() -> dict[str, object]:
+    """`axsim simulate --json`: the report (simulator/outputs/schema.py)."""
+    from simulator.outputs.schema import report_json_schema
+
+    return report_json_schema()
 
 
 def register(app: click.Group) -> None:
     @app.command("simulate")
     @click.argument("config", required=False, type=click.Path(dir_okay=False))
-    @click.option(
-        "--machine",
-        default=None,
-        help="Machine preset (perlmutter, frontier, alps, dgx-a100, dgx-h100, dgx-h200, frontera-rtx, cpu-host, or custom with cluster.topology_file).",
-    )
-    @click.option("--gpus", type=int, default=None, help="Number of GPUs.")
-    @click.option("--model", default=None, help="Model preset, e.g. gpt-80b.")
+    @machine_option()
+    @size_options()
+    @model_option()
     @click.option(
         "--strategy",
         default=None,
@@ -95,15 +140,9 @@ def register(app: click.Group) -> None:
         "zeropp-hier, fsdp-tp, fsdp-pp, optimus. Its options: --set parallel.FIELD=VALUE.",
     )
     @click.option("--grid", default=None, help="AxoNN grid X,Y,Z,DATA (default: chosen for you).")
-    @click.option("--batch-tokens", type=int, default=None, help="Global batch in tokens.")
-    @click.option("--seq-len", type=int, default=None, help="Sequence length.")
+    @shape_options()
     @click.option("--overlap", default=None, help="AxoNN overlap flags: oar,ors,oag or none.")
-    @click.option(
-        "--set",
-        "sets",
-        multiple=True,
-        help="Override any config field: section.field=value (repeatable).",
-    )
+    @set_option()
     @click.option(
         "--engine", type=click.Choice(("auto", "full", "symmetric")), default=None, help=ENGINE_HELP
     )
@@ -146,12 +185,7 @@ def register(app: click.Group) -> None:
         default=True,
         help="With --out: timeline and breakdown pictures (png, svg, pdf; needs matplotlib).",
     )
-    @click.option(
-        "--json",
-        "as_json",
-        is_flag=True,
-        help="Print exactly one JSON object (the report) to stdout.",
-    )
+    @json_option("simulate", report_schema, "One object: the report.")
     @click.option(
         "--strict-memory",
         is_flag=True,
@@ -159,13 +193,12 @@ def register(app: click.Group) -> None:
         "(even the memory model's lower estimate exceeds it; an uncertain fit only warns, "
         "with the margin and the biggest terms).",
     )
-    @click.option(
-        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
-    )
+    @progress_option()
     def simulate_cmd(
         config: str | None,
         machine: str | None,
         gpus: int | None,
+        nodes: int | None,
         model: str | None,
         strategy: str | None,
         grid: str | None,
@@ -193,8 +226,9 @@ def register(app: click.Group) -> None:
         from simulator.trials.automatic import simulate_best_of
 
         flags = flag_overrides(
-            machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network, calibration
-        )
+            machine, gpus, model, grid, batch_tokens, seq_len, overlap, engine, network,
+            calibration, nodes,
+        )  # fmt: skip
         if trace_ranks is not None and not out_dir:
             raise ConfigError("--trace-ranks selects the ranks written by --out; give --out DIR")
         if chakra and not out_dir:
@@ -205,7 +239,7 @@ def register(app: click.Group) -> None:
             chakra_schema()  # before the simulation: a missing extra is one clear line
         if out_dir:  # traces and timeline.csv show every microbatch
             flags.append("engine.virtual_microbatches=false")
-        cfg = resolve_config(config, strategy, flags, sets)
+        cfg = resolve_config(config, strategy, flags, sets, (gpus, nodes))
         if overwrite and not out_dir:
             raise ConfigError("--overwrite replaces the --out folder; give --out DIR")
         if out_dir:  # before the simulation, which may take minutes

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from simulator.commands.options import JOBS_HELP, progress_option, set_option
 from simulator.commands.params import FiniteFloat
 from simulator.sweep import Progress
 
@@ -55,7 +56,7 @@ def register(app: click.Group) -> None:
     @app.command("sweep")
     @click.argument("spec", type=click.Path(dir_okay=False))
     @click.option(
-        "--jobs", "-j", type=int, default=1, show_default=True, help="Local worker processes."
+        "--jobs", "-j", type=int, default=1, show_default=True, help=f"{JOBS_HELP} Local ones."
     )
     @click.option(
         "--dask-scheduler",
@@ -97,9 +98,8 @@ def register(app: click.Group) -> None:
     @click.option(
         "--retry-failed", is_flag=True, help="Recompute points whose journalled row is an error."
     )
-    @click.option(
-        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
-    )
+    @set_option("Applied to the spec's base after its own set (not an axis).")
+    @progress_option()
     def sweep_cmd(
         spec: str,
         jobs: int,
@@ -109,16 +109,18 @@ def register(app: click.Group) -> None:
         out_dir: str | None,
         fmt: str,
         retry_failed: bool,
+        sets: tuple[str, ...],
         progress: bool,
     ) -> None:
         """Simulate every combination of the spec's axes; one row per point, resumable.
 
         SPEC is a YAML file with `base` (default, a config path or an inline config),
         optional `set` (fixed dotted overrides) and `axes` (dotted key -> list of values).
+        Each row of rows.jsonl follows `axsim schema --output sweep-row`.
         """
-        from simulator.sweep import load_spec, run_sweep
+        from simulator.sweep import load_spec, run_sweep, with_overrides
 
-        parsed = load_spec(spec)
+        parsed = with_overrides(load_spec(spec), sets)
         out = Path(out_dir) if out_dir else Path(f"{Path(spec).stem}-sweep")
         with _progress_bar(progress) as bar:
             res = run_sweep(

@@ -13,6 +13,15 @@ from typing import Any
 
 import click
 
+from simulator.commands.options import (
+    GPU_HELP,
+    json_option,
+    machine_option,
+    positional_machine,
+    resolve_machine,
+    set_option,
+    size_options,
+)
 from simulator.commands.params import BANDWIDTH_GBPS, BANDWIDTH_SCALE
 from simulator.errors import ConfigError
 from simulator.outputs.versions import stamp
@@ -42,16 +51,28 @@ def _finite(value: Any) -> Any:
 
 
 def build_from_flags(
-    machine: str, nodes: int | None, file: str | None, overrides: dict[str, Any]
+    machine: str,
+    size: tuple[int | None, int | None],
+    file: str | None,
+    overrides: dict[str, Any],
+    sets: tuple[str, ...] = (),
 ) -> Any:
-    """The Topology the flags describe (a preset at --nodes, or custom --file); ConfigError
-    for flags that do not fit together. Shared by `axsim topology` and `axsim collective`."""
+    """The Topology the flags describe (a preset at --gpus or --nodes, or custom --file);
+    ConfigError for flags that do not fit together. Shared by `axsim topology` and
+    `axsim collective`; `sets` (--set cluster.FIELD=VALUE) go through the config's own
+    parser and validation (`cluster_from_sets`)."""
+    gpus, nodes = size
+    if sets:
+        machine, size, file, overrides = cluster_from_sets(machine, size, file, overrides, sets)
+        gpus, nodes = size
     if machine.strip().lower() == "custom":
         if not file:
-            raise ConfigError("MACHINE custom needs --file PATH")
+            raise ConfigError("--machine custom needs --file PATH")
         given = [_FLAGS[k] for k, v in overrides.items() if v is not None]
-        if nodes is not None or given:
-            flags = ", ".join((["--nodes"] if nodes is not None else []) + given)
+        if nodes is not None or gpus is not None or given:
+            sized = ["--gpus"] if gpus is not None else []
+            sized += ["--nodes"] if nodes is not None else []
+            flags = ", ".join(sized + given)
             raise ConfigError(
                 f"{flags}: not applicable to a custom topology (edit the file instead)"
             )
@@ -59,13 +80,15 @@ def build_from_flags(
 
         return load_custom_topology(file)
     if file:
-        raise ConfigError("--file is only for MACHINE=custom")
+        raise ConfigError("--file is only for --machine custom")
+    from simulator.commands.options import preset_nodes
     from topologies.catalogue import machine_preset
     from topologies.machines import build_machine
 
-    machine_preset(machine)  # an unknown name is the error to report, not the missing --nodes
+    machine_preset(machine)  # an unknown name is the error to report, not the missing size
+    nodes = preset_nodes(machine, gpus, nodes)
     if nodes is None:
-        raise ConfigError(f"--nodes is required for machine '{machine}'")
+        raise ConfigError(f"--gpus or --nodes: give the size of machine '{machine}'")
 
     scale = overrides.pop("intra_node_bandwidth_scale")
     if overrides.get("gpudirect_rdma") is None:
@@ -73,6 +96,52 @@ def build_from_flags(
     return build_machine(
         machine, nodes, intra_node_bandwidth_scale=1.0 if scale is None else scale, **overrides
     )
+
+
+SETTABLE = ("machine", "gpus", "nodes", "topology_file", *_FLAGS)
+"""The cluster fields `--set` may give `topology` and `collective` (a straggler or a
+mixed machine is a simulation's, not a topology's)."""
+
+
+def cluster_from_sets(
+    machine: str,
+    size: tuple[int | None, int | None],
+    file: str | None,
+    overrides: dict[str, Any],
+    sets: tuple[str, ...],
+) -> tuple[str, tuple[int | None, int | None], str | None, dict[str, Any]]:
+    """Flags then `--set cluster.FIELD=VALUE` as `axsim simulate` reads them (the same
+    parser, YAML guards and validation), back as (machine, size, file, what-ifs)."""
+    from pydantic import ValidationError
+
+    from simulator.config import (
+        ClusterConfig,
+        apply_overrides,
+        format_validation_error,
+        parse_override,
+    )
+
+    for item in sets:
+        parts, _ = parse_override(item)
+        if parts[0] != "cluster" or len(parts) != 2 or parts[1] not in SETTABLE:
+            raise ConfigError(
+                f"--set {item!r}: this command builds a machine; it takes cluster.FIELD for "
+                f"FIELD in {', '.join(SETTABLE)}"
+            )
+    gpus, nodes = size
+    cluster: dict[str, Any] = {"machine": machine, "gpus": gpus, "nodes": nodes}
+    cluster["topology_file"] = file
+    cluster.update(overrides)
+    cluster = {k: v for k, v in cluster.items() if v is not None}
+    data = apply_overrides({"cluster": cluster}, sets)["cluster"]
+    try:
+        cfg = ClusterConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, "--set")) from None
+    what_if = {k: getattr(cfg, k) for k in _FLAGS}
+    if what_if["intra_node_bandwidth_scale"] == 1.0:
+        what_if["intra_node_bandwidth_scale"] = None
+    return cfg.machine, (cfg.gpus, cfg.nodes), cfg.topology_file, what_if
 
 
 def _num(x: Any, digits: int = 1) -> str:
@@ -141,16 +210,24 @@ def _render(summary: dict[str, Any]) -> None:
         console.print(f"[dim]{markup_safe(r['label'])}:[/dim] {path}", soft_wrap=True)
 
 
+def topology_schema() -> dict[str, object]:
+    """`axsim topology --json` (simulator/outputs/json_schemas.py)."""
+    from simulator.outputs.json_schemas import topology_json_schema
+
+    return topology_json_schema()
+
+
 def register(app: click.Group) -> None:
     """Add `axsim topology` to the CLI group."""
 
     @app.command("topology")
-    @click.argument("machine")
-    @click.option("--nodes", type=int, default=None, help="Number of nodes (machine presets).")
+    @positional_machine()
+    @machine_option()
+    @size_options()
     @click.option(
-        "--file", "file", type=str, default=None, help="Custom topology file (MACHINE=custom)."
+        "--file", "file", type=str, default=None, help="Custom topology file (--machine custom)."
     )
-    @click.option("--gpu", default=None, help="What-if: GPU type (catalogue name).")
+    @click.option("--gpu", default=None, help=f"{GPU_HELP} What-if: the nodes' GPUs.")
     @click.option(
         "--nics-per-node",
         type=int,
@@ -190,11 +267,12 @@ def register(app: click.Group) -> None:
         is_flag=True,
         help="Stage GPU <-> NIC traffic through host memory (no GPUDirect RDMA).",
     )
-    @click.option(
-        "--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."
-    )
+    @set_option("Here cluster.FIELD only: the machine's fields.")
+    @json_option("topology", topology_schema, "One object instead of tables.")
     def topology(
-        machine: str,
+        machine_arg: str | None,
+        machine: str | None,
+        gpus: int | None,
         nodes: int | None,
         file: str | None,
         gpu: str | None,
@@ -204,9 +282,11 @@ def register(app: click.Group) -> None:
         fabric_bandwidth: float | None,
         routing: str | None,
         no_gdr: bool,
+        sets: tuple[str, ...],
         as_json: bool,
     ) -> None:
-        """Build MACHINE (a preset, or `custom --file PATH`) and summarise its topology."""
+        """Build the machine (a preset at a size, or `--machine custom --file PATH`) and
+        summarise its topology."""
         from topologies.summary import summarize_topology
 
         overrides: dict[str, Any] = {
@@ -218,7 +298,8 @@ def register(app: click.Group) -> None:
             "routing": routing,
             "gpudirect_rdma": False if no_gdr else None,
         }
-        topo = build_from_flags(machine, nodes, file, overrides)
+        name = resolve_machine(machine_arg, machine, "topology")
+        topo = build_from_flags(name, (gpus, nodes), file, overrides, sets)
         summary = _finite(summarize_topology(topo))
         if as_json:
             click.echo(json.dumps(stamp(summary), indent=2, allow_nan=False))

@@ -51,6 +51,7 @@ from simulator.sweep.spec import (
     parse_spec,
     points,
     set_value,
+    with_overrides,
 )
 from simulator.sweep.store import (
     FORMATS,
@@ -83,6 +84,7 @@ __all__ = [
     "run_point",
     "run_sweep",
     "set_value",
+    "with_overrides",
 ]
 
 TABLE_REFRESH_S = 2.0

@@ -7,9 +7,11 @@ a sweep. Dask is an optional dependency, imported only when a Dask executor is a
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import contextmanager
 from typing import Any
 
 from simulator.config import validate_config
@@ -70,14 +72,71 @@ def dask_client(
         ) from None
     if scheduler:
         return _connect(Client, scheduler, timeout_s), None
-    cluster = LocalCluster(
-        n_workers=local_workers,
-        threads_per_worker=1,
-        processes=processes,
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-    )
+    import dask
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        if processes:
+            _quiet_forkserver()
+        with _ctrl_c_deferred() as pressed:
+            cluster = LocalCluster(
+                n_workers=local_workers,
+                threads_per_worker=1,
+                processes=processes,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
+    if pressed:  # once the cluster is whole, so that it closes cleanly
+        cluster.close()
+        raise KeyboardInterrupt
     return Client(cluster), cluster
+
+
+@contextmanager
+def _ctrl_c_deferred() -> Iterator[list[int]]:
+    """Note a Ctrl-C pressed inside the block instead of raising it there (the caller
+    raises it after). Why: a KeyboardInterrupt inside LocalCluster() left a half-built
+    cluster whose atexit close failed with a traceback, and its workers logging lost
+    heartbeats; the workers start in a second or two, so the wait is short."""
+    pressed: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+
+    def note(signum: int, frame: object) -> None:
+        pressed.append(signum)
+
+    old = signal.signal(signal.SIGINT, note)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _quiet_forkserver() -> None:
+    """Start the forkserver that forks the LocalCluster's workers with Ctrl-C blocked.
+
+    Why: the workers were spawned processes in the terminal's process group; a Ctrl-C while
+    they started reached every one of them, each printing a KeyboardInterrupt traceback
+    from the middle of its imports, and left a half-built cluster whose atexit close
+    printed another (125 lines for 2 workers, measured). A signal blocked in the thread
+    that forks stays blocked across fork and exec, and the forkserver's children inherit
+    its mask: so the server and the workers never see Ctrl-C (the sweep closes them when
+    it stops). This thread gets a Ctrl-C pressed meanwhile as soon as the server is
+    started (the signal stays pending, then is delivered here when unblocked).
+    The mask is set here, in the thread that forks the server; distributed's own threads,
+    which fork under `spawn`, begin with an empty mask (measured: SigBlk 0 in /proc)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    from distributed.utils import get_mp_context
+
+    get_mp_context()  # distributed's preload list for the server (it imports them once)
+    # started first: its own start unblocks SIGINT in this thread (bpo-33613's mask)
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 # The schemes a scheduler address may have: axsim takes no TLS or UCX settings, so

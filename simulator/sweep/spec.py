@@ -18,8 +18,8 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,11 +29,13 @@ from simulator.config import (
     ExperimentConfig,
     apply_overrides,
     default_config_mapping,
+    parse_override,
     read_yaml_file,
     read_yaml_mapping,
     validate_config,
 )
 from simulator.errors import SimulatorError
+from simulator.outputs.versions import stamp
 from topologies.user_input.model import UserModel, first_error_line
 
 # Most points one spec may expand to. Expanding a point (overrides applied, config
@@ -215,6 +217,19 @@ def parse_spec(
     return SweepSpec(base, axes, source)
 
 
+def with_overrides(spec: SweepSpec, sets: Sequence[str]) -> SweepSpec:
+    """The spec with `--set` overrides applied to its base (the same parser as
+    `axsim simulate --set`); a key the axes vary is refused (the axis would win)."""
+    if not sets:
+        return spec
+    axis_keys = set(spec.columns)
+    for item in sets:
+        key = ".".join(parse_override(item)[0])
+        if key in axis_keys:
+            raise SweepError(f"--set {item!r}: {key} is an axis of the spec (the axis sets it)")
+    return replace(spec, base=apply_overrides(spec.base, sets))
+
+
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a spec file."""
     p = Path(path)
@@ -293,6 +308,8 @@ def make_row(point: SweepPoint, status: str, payload: Any) -> dict[str, Any]:
     """The row of a finished point (lead columns, axes, report scalars)."""
     row: dict[str, Any] = {"config_hash": point.config_hash, "status": status}
     row["error"] = "" if status == "ok" else str(payload)
+    if status != "ok":  # an ok row has them from its report, in the report's place
+        row.update(stamp({}))
     row.update({k: cell(v) for k, v in point.values.items()})
     if status == "ok":
         row.update({k: v for k, v in payload.items() if k not in row})

@@ -8,9 +8,16 @@ from typing import Any
 
 import click
 
+from simulator.commands.options import GPU_HELP, json_option, machine_option
 from simulator.commands.params import FiniteFloat
 from simulator.cost.calibration import Calibration
 from simulator.outputs.versions import stamp
+
+
+def _schema() -> dict[str, Any]:
+    from validation.commands.schemas import calibrate_schema
+
+    return calibrate_schema()
 
 
 def _summary(cal: Calibration) -> dict[str, Any]:
@@ -53,7 +60,7 @@ def _network_line(fit: dict[str, Any] | None) -> str:
     "-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path),
     help="Calibration file to write (.yaml, or .json); required unless --leave-one-out.",
 )  # fmt: skip
-@click.option("--gpu", default=None, help="GPU type of every input (catalogue name).")
+@click.option("--gpu", default=None, help=f"{GPU_HELP} Here: the GPU of every input.")
 @click.option(
     "--tolerance", type=FiniteFloat(min=0.001, max=1.0), default=0.03, show_default=True,
     help="Largest relative error of a measured size from its alpha-beta segment.",
@@ -67,10 +74,7 @@ def _network_line(fit: dict[str, Any] | None) -> str:
     "--host-terms/--no-host-terms", default=True, show_default=True,
     help="gloo runs: add host overhead and arrival jitter to the collective tables.",
 )  # fmt: skip
-@click.option(
-    "--machine", default=None,
-    help="Machine preset of nccl-tests logs; for PCCL-shaped CSVs, fit only its rows.",
-)  # fmt: skip
+@machine_option("Here: the machine of nccl-tests logs; for PCCL-shaped CSVs, fit only its rows.")
 @click.option(
     "--log-ranks", type=click.IntRange(min=2), default=None,
     help="Ranks of a nccl-tests log without 'Rank ... on HOST' lines.",
@@ -93,7 +97,7 @@ def _network_line(fit: dict[str, Any] | None) -> str:
     help="Check the kernel model instead of writing a file: each INPUT (a GPU trace, or a "
     "directory of one run's traces) predicted by the model calibrated on the others.",
 )  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("calibrate", _schema, "One object: the file's summary (or the leave-one-out cases).")
 def calibrate_command(
     inputs: tuple[Path, ...],
     out: Path | None,

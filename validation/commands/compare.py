@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
+from simulator.commands.options import json_option, machine_option, set_option
 from simulator.commands.params import NETWORK_HELP, NON_NEGATIVE
 from simulator.outputs.versions import stamp
 
 EXIT_BEYOND_TOLERANCE = 3
+
+
+def _schema() -> dict[str, Any]:
+    from validation.commands.schemas import compare_schema
+
+    return compare_schema()
 
 
 def _fmt(x: float | None, scale: float = 1e3) -> str:
@@ -36,12 +44,13 @@ def _fmt(x: float | None, scale: float = 1e3) -> str:
     help="Relative error of the iteration time beyond which the exit code is 3 "
     "(the per-kind and per-group rows are reported, never judged).",
 )  # fmt: skip
-@click.option("--machine", default=None, help="Machine preset for a GPU run.json.")
+@machine_option("Here: the machine of a GPU run.json.")
 @click.option(
     "--network", type=click.Choice(["contention", "alpha-beta"]), default="contention",
     show_default=True, help=NETWORK_HELP,
 )  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@set_option("Here: of a YAML --config (a run.json replays as traced).")
+@json_option("compare", _schema, "One object: the rows and the verdict.")
 def compare_command(
     traces: Path,
     config: Path | None,
@@ -49,13 +58,14 @@ def compare_command(
     tolerance: float,
     machine: str | None,
     network: str,
+    sets: tuple[str, ...],
     as_json: bool,
 ) -> int:
     """Simulate the traced run and print measured vs simulated (error %)."""
     from simulator.outputs.text import printable
     from validation.compare import compare
 
-    result = compare(traces, config, calibration, tolerance, machine, network)
+    result = compare(traces, config, calibration, tolerance, machine, network, sets)
     code = 0 if result.passed else EXIT_BEYOND_TOLERANCE
     if as_json:
         click.echo(json.dumps(stamp(result.to_json()), indent=2))

@@ -5,11 +5,32 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from simulator.commands.options import JOBS_HELP, json_option, progress_option
 from simulator.outputs.versions import stamp
 from validation.commands.progress import item_bar
+
+
+def _schema() -> dict[str, Any]:
+    from validation.commands.schemas import figures_schema
+
+    return figures_schema()
+
+
+def require_matplotlib() -> None:
+    """Stop before any work when matplotlib is missing (the `figures` extra): one line
+    with the install hint, exit 2 (it was exit 1 after every figure had failed, the
+    cause only on stdout)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise click.UsageError(
+            "axsim figures draws with matplotlib, which is not installed: "
+            "pip install 'axsim[figures]' (in the axsim checkout: pip install -e '.[figures]')"
+        ) from None
 
 
 def register(app: click.Group) -> None:
@@ -29,28 +50,15 @@ def register(app: click.Group) -> None:
         is_flag=True,
         help="Small GPU counts and models: every figure in seconds (for tests).",
     )
-    @click.option(
-        "--jobs",
-        "-j",
-        type=int,
-        default=None,
-        help="Worker processes (default: the number of CPUs).",
-    )
+    @click.option("--jobs", "-j", type=int, default=None, help=f"{JOBS_HELP} Default: the CPUs.")
     @click.option(
         "--overwrite",
         is_flag=True,
         help="Replace the --out folder of an earlier run (whole, once the new one is done).",
     )
     @click.option("--list", "list_only", is_flag=True, help="List the figures and exit.")
-    @click.option(
-        "--json",
-        "as_json",
-        is_flag=True,
-        help="Print one JSON object: files and key numbers per figure.",
-    )
-    @click.option(
-        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
-    )
+    @json_option("figures", _schema, "One object: files and key numbers per figure.")
+    @progress_option()
     def figures_cmd(
         out_dir: str,
         only: str | None,
@@ -72,6 +80,7 @@ def register(app: click.Group) -> None:
             for f in figures:
                 click.echo(f"{f.name:26s} {f.family:14s} {f.title}")
             return
+        require_matplotlib()
         jobs = check_jobs(jobs)  # capped: -j 100000 started thousands of processes
         check_out_folder(out_dir, overwrite=overwrite)  # before minutes of simulations
         timings: dict[str, float] = {}

@@ -39,12 +39,14 @@ def run_leave_one_out(inputs: list[Path], gpu: str | None, as_json: bool) -> Non
         raise ConfigError("--leave-one-out needs at least two inputs (one to hold out)")
     rows = leave_one_out([load_case(p, gpu) for p in inputs])
     if as_json:
-        click.echo(json.dumps({"tolerance": TOLERANCE, "cases": [
+        from simulator.outputs.versions import stamp
+
+        click.echo(json.dumps(stamp({"tolerance": TOLERANCE, "cases": [
             {"case": r.label, "gpu": r.gpu, "coverage": r.coverage,
              "own_gpu_evidence": r.own_gpu_evidence, "gemm_peak_rule": r.gemm_peak_rule,
              "measured_s": r.measured, "predicted_s": r.predicted,
              "error": {c: r.error(c) for c in COLUMNS}} for r in rows
-        ]}, indent=2))  # fmt: skip
+        ]}), indent=2))  # fmt: skip
         return
     table = Table(title="Kernel model, leave one trace out: measured / predicted ms (error)")
     table.add_column("case")

@@ -7,9 +7,11 @@ simulation failed), 2 for bad input (an unknown case name).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
+from simulator.commands.options import JOBS_HELP, json_option, progress_option
 from simulator.outputs.versions import SCHEMA_VERSION, axsim_version
 from validation.cases.case import CaseResult
 from validation.commands.progress import item_bar
@@ -71,6 +73,12 @@ def render(results: list[CaseResult], wall: float, reduced: bool) -> None:
     console.print(f"{len(results)} cases, {bad} outside tolerance, in {wall:.1f} s")
 
 
+def _schema() -> dict[str, Any]:
+    from validation.commands.schemas import validate_schema
+
+    return validate_schema()
+
+
 def register(app: click.Group) -> None:
     @app.command("validate")
     @click.option(
@@ -81,14 +89,10 @@ def register(app: click.Group) -> None:
         is_flag=True,
         help="Simulate only the analytical model's best grid for AxoNN cases (fast).",
     )
-    @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
+    @click.option("--jobs", "-j", type=int, default=None, help=f"{JOBS_HELP} Default: the CPUs.")
     @click.option("--list", "list_only", is_flag=True, help="List the cases and exit.")
-    @click.option(
-        "--json", "as_json", is_flag=True, help="Print one JSON object (cases, wall time)."
-    )
-    @click.option(
-        "--progress/--no-progress", default=True, help="Progress bar on stderr (terminals only)."
-    )
+    @json_option("validate", _schema, "One object: the cases and the wall time.")
+    @progress_option()
     def validate_cmd(
         only: str | None,
         reduced: bool,

@@ -9,6 +9,7 @@ pricer of the GPU type, both fed by the calibration file.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,10 +74,17 @@ def simulate_config(
     machine: str | None,
     network: str,
     world_size: int,
+    sets: Sequence[str] = (),
 ) -> SimRun:
-    """Simulate a torch4d run.json or an axsim YAML config of a `world_size`-rank run."""
+    """Simulate a torch4d run.json or an axsim YAML config of a `world_size`-rank run
+    (`sets`: --set overrides of a YAML config, applied last as in `axsim simulate`)."""
     cfg = Path(config)
     cal = load_calibration(calibration) if calibration is not None else None
+    if sets and cfg.suffix == ".json":
+        raise SimulationInputError(
+            f"--set: {cfg} is a torch4d run.json, replayed as traced (no axsim config to "
+            "override); give a YAML --config"
+        )
     if cfg.suffix == ".json":
         run = load_run_json(cfg)
         spec = run_spec_from_json(run, str(cfg))
@@ -105,7 +113,7 @@ def simulate_config(
     overrides = [f"engine.network={network}", "engine.virtual_microbatches=false"]
     if calibration is not None:
         overrides.append(f"engine.calibration={calibration}")
-    exp = load_config(cfg, overrides)
+    exp = load_config(cfg, [*overrides, *sets])
     gpus = exp.cluster.num_gpus
     if gpus is not None and gpus != world_size:
         raise SimulationInputError(

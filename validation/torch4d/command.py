@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from simulator.commands.options import MODEL_HELP, SEQ_LEN_HELP
 from simulator.errors import ConfigError
 from validation.torch4d.config import (
     IMPLS,
@@ -35,7 +36,8 @@ from validation.torch4d.config import (
     "--model",
     default="tiny",
     show_default=True,
-    help=f"{' or '.join(PRESETS)}, or a small GPT of workloads/data/models.yaml.",
+    help=f"{MODEL_HELP} Here: a small one (the real model runs), or torch4d's "
+    f"{' or '.join(PRESETS)}.",
 )
 @click.option(
     "--steps", default=3, show_default=True, type=click.IntRange(min=1), help="Profiled steps."
@@ -63,9 +65,7 @@ from validation.torch4d.config import (
     type=click.IntRange(min=1),
     help="Global batch in sequences (default: the model's).",
 )
-@click.option(
-    "--seq-len", type=click.IntRange(min=1), help="Sequence length (default: the model's)."
-)
+@click.option("--seq-len", type=click.IntRange(min=1), help=f"{SEQ_LEN_HELP} Default: the model's.")
 @click.option("--hidden", type=click.IntRange(min=1), help="Hidden size (default: the model's).")
 @click.option("--layers", type=click.IntRange(min=1), help="Layers (default: the model's).")
 @click.option("--heads", type=click.IntRange(min=1), help="Attention heads (default: the model's).")
