@@ -113,7 +113,10 @@ def search(
         raise ConfigError(
             f"no valid, memory-feasible AxoNN grid for {config.model.name} on {n} GPUs"
         )
+    # the priced screen's collective pricer (a machine-sized topology and its caches) is
+    # dropped before the simulations: held, it doubled the 32,768-GCD search's peak
     priced = priced_comm(config) if bandwidths == "topology" and screen > 0 else None
     screened = screen_candidates(config, ranked, max(screen, 0), bw, gpu, priced)
+    del priced
     done, best = simulate_candidates(config, screened, top, on_done)
     return SearchOutcome(done, best, bandwidths, min(max(screen, 0), len(ranked)))
