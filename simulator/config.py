@@ -276,6 +276,15 @@ class TrainingConfig(UserModel):
         "softmax: 6). None: the strategy's framework (Megatron and DeepSpeed: "
         "vocab-parallel; others: eager).",
     )
+    train_metrics: int = Field(
+        default=0,
+        ge=0,
+        description="Training metrics the framework updates on every microbatch's logits, "
+        "each an eager PyTorch cross-entropy forward (the logits cast to fp32 under "
+        "autocast, log_softmax): MosaicML Composer (0.14-0.17) runs "
+        "Trainer._eval_train_metrics after every microbatch's backward, and llm-foundry's "
+        "MPT declares two (LanguageCrossEntropy, LanguagePerplexity): 2. 0: none.",
+    )
 
 
 class EngineConfig(UserModel):

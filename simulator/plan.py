@@ -43,6 +43,7 @@ def training_setup(config: ExperimentConfig) -> TrainingSetup:
         t.flash_attention,
         compress_microbatches=config.engine.steady_state and config.engine.virtual_microbatches,
         cross_entropy=t.cross_entropy,
+        train_metrics=t.train_metrics,
     )
 
 

@@ -95,3 +95,56 @@ def test_attention_kernel_option_and_its_errors() -> None:
         load_config(None, ["training.attention_kernel=fa3"])
     with pytest.raises(CostModelError, match="attention kernel"):
         KernelModel("h100", attention_kernel="fa3")
+
+
+# ------------------------------------------------------- Composer's train metrics
+def _metric_ops(train_metrics: int):  # type: ignore[no-untyped-def]
+    from workloads.hybrid.configure import Degrees, build_setup
+    from workloads.hybrid.workload import build_hybrid_workload
+    from workloads.run import ClusterShape, TrainingSetup
+
+    gpus, microbatches = 2, 3
+    training = TrainingSetup(
+        gpus * microbatches * SPEC.seq_len,
+        cross_entropy="fused",
+        compress_microbatches=False,
+        train_metrics=train_metrics,
+    )
+    setup = build_setup(
+        SPEC,
+        ShardedParallel(strategy="fsdp"),
+        training,
+        ClusterShape(gpus, 8, 80e9),
+        Degrees(1, 1, None),
+        1,
+    )
+    graph = build_hybrid_workload(SPEC, setup)
+    graph.validate()
+    return graph.programs[0].ops
+
+
+def test_composer_train_metrics_are_two_eager_loss_forwards_per_microbatch() -> None:
+    """Composer runs LanguageCrossEntropy and LanguagePerplexity (each an eager
+    CrossEntropyLoss under autocast: the fp32 cast, 6 bytes, and log_softmax, 8 bytes per
+    logit) after every microbatch's backward, once FSDP's post-backward is waited for:
+    2 x 14 = 28 bytes per logit element per microbatch; none without the option."""
+    ops = _metric_ops(2)
+    names = [op.name for op in ops]
+    metric = [op for op in ops if isinstance(op, ComputeOp) and op.name.startswith("train_metric")]
+    elems = SPEC.seq_len * SPEC.vocab  # one sequence per microbatch, tied head, no TP
+    assert len(metric) == 3 * 4
+    assert sum(op.bytes for op in metric) == pytest.approx(3 * 28 * elems)
+    assert {op.kind for op in metric} == {ComputeKind.ELEMENTWISE}
+    # each microbatch's metrics follow its backward's final wait and precede the next forward
+    firsts = [i for i, n in enumerate(names) if n == "train_metric0.loss.float.fwd"]
+    waits = [i for i, n in enumerate(names) if n == "wait:fsdp.post_backward"]
+    assert len(firsts) == 3
+    assert all(any(w < f for w in waits) for f in firsts)
+    assert not any(op.name.startswith("train_metric") for op in _metric_ops(0))
+
+
+def test_train_metrics_option_rejects_a_negative_count() -> None:
+    cfg = load_config(None, ["training.train_metrics=2"])
+    assert cfg.training.train_metrics == 2
+    with pytest.raises(ConfigError, match="train_metrics"):
+        load_config(None, ["training.train_metrics=-1"])

@@ -22,6 +22,8 @@ class TrainingSetup:
     compress_microbatches: bool = True  # represent identical middle microbatches once
     # the loss kernel (eager, fused, vocab-parallel); None: the framework's own
     cross_entropy: str | None = None
+    # training metrics updated on every microbatch's logits (Composer's; program.py)
+    train_metrics: int = 0
 
 
 @dataclass(frozen=True)

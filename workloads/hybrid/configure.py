@@ -307,6 +307,7 @@ def build_setup(
         tp_overlap=tp_overlap_of(params),
         deepspeed=ds,
         cross_entropy=training.cross_entropy or default_cross_entropy(params),
+        train_metrics=training.train_metrics,
     )
     check_setup(spec, setup)
     return setup

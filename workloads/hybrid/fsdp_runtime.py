@@ -23,6 +23,18 @@ _flat_param.py, torch 2.x):
   stream, so all-gathers and reduce-scatters of the shard group serialise.
 - The root (embedding, final norm, output layer: what no auto-wrap unit took) is not
   resharded after forward; it is resharded and reduced after the whole backward.
+- Where the kernels run: a GPU hands out thread blocks in the order kernels were
+  submitted, whatever their stream ("The GPU will distribute work to SMs in the order the
+  kernels were submitted ... concurrent work can complete out of order but will always be
+  distributed in order", Greg Smith, NVIDIA, stackoverflow.com/questions/11874244). The
+  post-backward hook's kernels before the reduce-scatter (the cast to reduce_dtype, the
+  pre-divide; FSDP2's copy-in) wait on the compute stream's last kernel and are
+  submitted beside the next unit's backward kernels: their many blocks (one element-wise
+  pass over the unit's whole gradient) are dispatched between those kernels' blocks and
+  take the SMs for their duration, so they are priced on the compute stream, in that
+  order, instead of beside it for free. The kernels after the reduce-scatter (post-divide,
+  cast to fp32, accumulation: a shard each) stay on the side stream: they become ready
+  when the collective ends, not at a point of the compute stream's order.
 
 FSDP2 (fully_shard, torch/distributed/fsdp/_fully_shard): no rate limiter; the
 all-gather copy-in (cast the fp32 shards into the send buffer) runs on its own stream
@@ -269,16 +281,22 @@ class FsdpHooks:
             f"{unit}.fsdp.{what}", C.ELEMENTWISE, elems, nbytes, stream, deps
         )
 
+    def _in_order(self, unit: str, what: str, elems: float, nbytes: float) -> int:
+        """A post-backward kernel that waits on the compute stream's last kernel and whose
+        blocks the GPU dispatches before the next kernels' (module docstring): it takes
+        its time out of the compute stream's."""
+        return self.b.compute(f"{unit}.fsdp.{what}", C.ELEMENTWISE, elems, nbytes)
+
     def _reduce_fsdp1(self, unit: str) -> None:
         n, rb = self.elems(unit), self.rt.reduce_bytes
         s = POST_BACKWARD_STREAM
         deps = self.b.last_compute()
-        if rb != self.db:
-            deps = (self._side(unit, "grad_cast", n, (self.db + rb) * n, s, deps),)
+        if rb != self.db:  # in dispatch order with the compute stream (module docstring)
+            deps = (self._in_order(unit, "grad_cast", n, (self.db + rb) * n),)
         world = self.shard * self.replicate if self.rt.no_shard else self.shard
         pre = predivide_factor(world)
         if pre > 1:
-            deps = (self._side(unit, "grad_predivide", n, 2 * rb * n, s, deps),)
+            deps = (self._in_order(unit, "grad_predivide", n, 2 * rb * n),)
         if self.rt.no_shard or self.shard == 1:
             tail = self.b.side_collective(
                 f"{unit}.ar_replicate",
@@ -318,11 +336,8 @@ class FsdpHooks:
         if self.last_rs is not None:
             self.b.wait(self.last_rs, "wait:fsdp.reduce_scatter_buffer")
         s = REDUCE_SCATTER_STREAM
-        deps = (
-            self._side(
-                unit, "reduce_scatter_copy_in", n, (self.db + rb) * n, s, self.b.last_compute()
-            ),
-        )
+        # in dispatch order with the compute stream (module docstring)
+        deps = (self._in_order(unit, "reduce_scatter_copy_in", n, (self.db + rb) * n),)
         if self.shard == 1:
             tail = self.b.side_collective(
                 f"{unit}.ar_replicate",

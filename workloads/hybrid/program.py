@@ -487,6 +487,24 @@ class StageEmitter(BlockEmitter[TpLinear]):
         if phase == "fwd" and not any(loss_steps(impl, "fwd").reduce_after.values()):
             self.tp_collective("loss.ar_tp", K.ALL_REDUCE, 2 * M * 4)
 
+    def train_metrics(self) -> None:
+        """Composer's training metrics on this microbatch's logits, after its backward.
+
+        Composer 0.14-0.17 `Trainer._train_microbatch` calls `_eval_train_metrics` after
+        `loss.backward()` on every microbatch (no flag turns it off in those versions);
+        it runs each metric's `update` on the kept logits under autocast, and llm-foundry's
+        ComposerMPTCausalLM declares LanguageCrossEntropy and LanguagePerplexity, whose
+        update is `torch.nn.CrossEntropyLoss(reduction='sum')(logits, target)`
+        (composer/metrics/nlp.py): autocast runs cross_entropy in fp32, so each is the
+        eager loss's forward (the cast to fp32 and log_softmax, workloads/loss.py)."""
+        elems = self.M * self.lg.n_local
+        for i in range(self.setup.train_metrics):
+
+            def compute(name: str, flops: float, nbytes: float, i: int = i) -> None:
+                self.b.compute(f"train_metric{i}.{name}", C.ELEMENTWISE, flops, nbytes)
+
+            emit_loss(compute, "eager", "fwd", elems, self.db)
+
     def head_backward(self) -> None:
         self._loss("bwd")
         if self.spec.output_bias:  # its gradient: a sum over the tokens
@@ -575,6 +593,8 @@ class StageEmitter(BlockEmitter[TpLinear]):
             self.sharder.wait_pending()
         if self.fsdp is not None:
             self.fsdp.final_callback()
+        if c.last:
+            self.train_metrics()
         if self.zero3 is not None:
             self.zero3.backward_done()
         if self.ds_grads:

@@ -129,6 +129,7 @@ class HybridSetup:
     # DeepSpeed's runtime (strategy deepspeed; stage 3 also sets data_mode 'sharded')
     deepspeed: DeepSpeedRuntime | None = None
     cross_entropy: str = "eager"  # loss kernel: eager, fused or vocab-parallel
+    train_metrics: int = 0  # Composer's per-microbatch training metrics (program.py)
 
     @property
     def world(self) -> int:
