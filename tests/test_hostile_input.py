@@ -244,14 +244,14 @@ def fifo(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "make_args,needle",
     [
-        (lambda p: ["simulate", str(p)], "cannot read the config file"),
-        (lambda p: ["simulate", *SMALL, "--calibration", str(p)], "calibration file"),
+        (lambda p, out: ["simulate", str(p)], "cannot read the config file"),
+        (lambda p, out: ["simulate", *SMALL, "--calibration", str(p)], "calibration file"),
         (
-            lambda p: ["topology", "--machine", "custom", "--file", str(p)],
+            lambda p, out: ["topology", "--machine", "custom", "--file", str(p)],
             "cannot read custom topology",
         ),
-        (lambda p: ["sweep", str(p)], "cannot read"),
-        (lambda p: ["calibrate", str(p), "-o", "/tmp/axsim-never.yaml"], "cannot read"),
+        (lambda p, out: ["sweep", str(p)], "cannot read"),
+        (lambda p, out: ["calibrate", str(p), "-o", str(out)], "cannot read"),
     ],
 )
 def test_inputs_that_never_end_are_refused(
@@ -263,7 +263,8 @@ def test_inputs_that_never_end_are_refused(
 ) -> None:
     """A FIFO nobody writes blocked `open` forever; /dev/zero never ends."""
     path = fifo if source == "fifo" else Path(source)
-    err = one_line_error(make_args(path), capsys)  # type: ignore[operator]
+    out = fifo.parent / "never.yaml"  # what calibrate would write: never, the input is refused
+    err = one_line_error(make_args(path, out), capsys)  # type: ignore[operator]
     assert needle in err and "not a regular file" in err
 
 
