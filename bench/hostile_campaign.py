@@ -13,7 +13,7 @@ the same cases classify an old and a new tree alike:
   although the run said it succeeded; an input overwritten;
 - ok: one error line and exit 2 for bad input, a sound result for good input.
 
-    python bench/hostile_campaign.py --root /work/main --json before.json
+    python bench/hostile_campaign.py --root ../axsim-base --json before.json
     python bench/hostile_campaign.py --json after.json --only sweep
 
 Not a test: the cases spawn processes and take minutes (about 2 s each). The cases
