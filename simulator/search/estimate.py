@@ -22,9 +22,14 @@ run's own machine at the group's real size with every instance of its group kind
 (launch and protocol latencies, a latency per ring step, node crossings, the instances'
 flows sharing links), so a ring over 2,048 GCDs pays its 2,047 steps and sixteen rings
 sharing a node's NICs share them; the analytical price (bus factor x bytes / beta, no
-latency) is what `--bandwidths paper` asks for. The screen prices all-reduces as rings
-(where NCCL's tuner picks a tree it is because the tree is faster, so the estimate is an
-upper bound there): binding trees on 32,768 GPUs would cost seconds per layout.
+latency) is what `--bandwidths paper` asks for. Each collective runs the algorithm the
+engine would run, the tuner's choice for its size over all of its group's instances
+(`CollectivePricer.choose_algorithm`, NCCL's tuning.cc), or the run's fixed algorithm.
+Pricing every all-reduce as a ring made the layer-norm and bias gradients' small
+all-reduces on a 1,024-GPU Z group cost 12.9 ms each (2,047 ring steps of latency) where
+the engine runs a 0.29 ms tree: 341 of them put 4.3 s into GPT-80B's 1,1,1024,1 estimate
+(62.48 s estimated, 59.01 s simulated), 8th of the 1,024-Perlmutter screen instead of
+1st. Binding the tree's flows costs the screen about twice the time at 32,768 GCDs.
 """
 
 from __future__ import annotations
@@ -47,9 +52,6 @@ CommTime = Callable[[CommInfo], float]
 """Seconds one communication op takes alone (its analytical time on its group)."""
 
 
-SCREEN_ALGORITHM = "ring"
-
-
 class PricedComm:
     """Collectives priced by the run's collective pricer, every instance of the group kind
     at once (see the module docstring); one per machine, shared by every screened grid
@@ -57,7 +59,7 @@ class PricedComm:
 
     def __init__(self, pricer: CollectivePricer, algorithm: str | None = None):
         self.pricer = pricer
-        self.algorithm = algorithm  # a fixed engine.collective_algorithm, else rings
+        self.algorithm = algorithm  # a fixed engine.collective_algorithm, else the tuner's
         self._times: dict[tuple[Hashable, ...], float] = {}
 
     def for_groups(self, groups: ProcessGroups) -> CommTime:
@@ -75,7 +77,7 @@ class PricedComm:
             if info.peer >= 0:  # AxoNN issues no point-to-point transfers
                 raise ValueError("PricedComm prices collectives only")
             tk = table_key(info.group)
-            algo = info.algorithm or self.algorithm or SCREEN_ALGORITHM
+            algo = info.algorithm or self.algorithm or "auto"  # as the engine runs it
             ck = (tk, info.kind, info.nbytes, info.root, algo)
             got = self._times.get(ck)
             if got is None:
