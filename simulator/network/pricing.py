@@ -232,6 +232,22 @@ class CollectivePricer:
         # list of automatic choices (simulator/choices.py)
         self.decisions: dict[Hashable, tuple[str, dict[str, float]]] = {}
 
+    def forget_bindings(self) -> None:
+        """Drop the bound flows (bundles, their usages, plans and joint solves) and keep
+        what is small (routes, templates, tuner choices and decisions). A caller pricing
+        one layout after another (the grid screen: its own times are cached per group
+        table and size) needs no bundle of an earlier layout, and at 32,768 GCDs the
+        tuner's trees bound over every instance held about 530 MB of them."""
+        for cache in (
+            self._bind_cache,
+            self._usage_cache,
+            self._plan_cache,
+            self._joint_cache,
+            self._classes_cache,
+        ):
+            cache.clear()
+        self.solves = SolveMemo()
+
     # ------------------------------------------------------------- layouts
     def layout(self, gpus: Sequence[int] | np.ndarray) -> Layout:
         g = np.asarray(gpus, dtype=np.int64)

@@ -63,7 +63,12 @@ class PricedComm:
         self._times: dict[tuple[Hashable, ...], float] = {}
 
     def for_groups(self, groups: ProcessGroups) -> CommTime:
-        """The price of one rank's communication ops under these process groups."""
+        """The price of one rank's communication ops under these process groups. A new
+        layout drops the pricer's bound flows (its prices stay in `_times`): at 32,768
+        GCDs the tuner's trees bound over every instance of 40 layouts held about 530 MB,
+        which doubled `axsim search`'s peak (issue 35's target: 400 MB); rebinding the
+        group tables that layouts share costs the 32,768-GCD screen about 20 s more."""
+        self.pricer.forget_bindings()
         keys: dict[str, tuple[object, ...]] = {}
 
         def table_key(name: str) -> tuple[object, ...]:
