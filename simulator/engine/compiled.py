@@ -7,7 +7,7 @@ program (and per compute-speed factor), however many ranks share it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from itertools import accumulate, compress, pairwise
 from operator import attrgetter
@@ -304,38 +304,38 @@ def _hold_compute(
             pending = []
 
 
-def estimate_overlap(
+def _replay_compute(
     program: Program,
     kinds: list[int],
     base_ps: list[int],
     comms: list[CommInfo | None],
     comm_estimate: CommEstimate | None,
-    serial: frozenset[int] = frozenset(),
-) -> list[float]:
-    """Seconds of each compute op that run while a communication op of the same rank is
-    in flight, estimated on the compute stream's own clock.
+    serial: frozenset[int],
+    resident: Callable[[CommInfo, int], Any],
+) -> Iterator[tuple[int, float, float, list[tuple[float, float, Any]]]]:
+    """The program replayed alone on the compute stream's clock: yields each compute op
+    that runs while communication is in flight, with its span [lo, hi) and the
+    (start, end, resident(info, kind)) of the collectives in flight; a collective whose
+    `resident` is None takes nothing from the compute beside it.
 
-    Replays the program alone: compute ops advance a clock; a communication op starts at
-    the current clock (after the previous op of its stream) and lasts its estimated
-    isolated time (`comm_estimate`; unknown = until waited); a wait moves the clock to the
-    awaited op's end. Static, so full and symmetric runs stretch the same ops, and a
-    compute op is only slowed for the part of it that can overlap a transfer.
+    Compute ops advance a clock; a communication op starts at the current clock (after
+    the previous op of its stream) and lasts its estimated isolated time (`comm_estimate`;
+    unknown = until waited); a wait moves the clock to the awaited op's end; a collective
+    on a serialised stream runs between compute kernels (the clock waits for it). Static,
+    so full and symmetric runs stretch the same ops.
     """
-    n = len(program.ops)
-    out = [0.0] * n
     clock = 0.0
     end_of: dict[int, float] = {}
     stream_free: dict[str, float] = {}
-    inflight: list[tuple[float, float]] = []  # (start, end) on the compute clock
+    inflight: list[tuple[float, float, Any]] = []
     for i, op in enumerate(program.ops):
         k = kinds[i]
         if k == COMPUTE:
-            d = base_ps[i] / PS_PER_S
-            lo, hi = clock, clock + d
+            lo, hi = clock, clock + base_ps[i] / PS_PER_S
             if inflight:
-                inflight = [(a, b) for a, b in inflight if b > lo]
+                inflight = [x for x in inflight if x[1] > lo]
                 if inflight:
-                    out[i] = _covered(lo, hi, inflight)
+                    yield i, lo, hi, inflight
             clock = hi
         elif k == WAIT:
             assert isinstance(op, WaitOp)
@@ -351,7 +351,27 @@ def estimate_overlap(
             if i in serial:  # runs between compute kernels: the clock waits for it
                 clock = max(clock, end) if end != float("inf") else clock
                 continue
-            inflight.append((start, end))
+            held = resident(info, k)
+            if held is not None:
+                inflight.append((start, end, held))
+
+
+def estimate_overlap(
+    program: Program,
+    kinds: list[int],
+    base_ps: list[int],
+    comms: list[CommInfo | None],
+    comm_estimate: CommEstimate | None,
+    serial: frozenset[int] = frozenset(),
+) -> list[float]:
+    """Seconds of each compute op that run while a communication op of the same rank is
+    in flight (`_replay_compute`): a compute op is only slowed for the part of it that
+    can overlap a transfer."""
+    out = [0.0] * len(program.ops)
+    for i, lo, hi, inflight in _replay_compute(
+        program, kinds, base_ps, comms, comm_estimate, serial, lambda info, k: True
+    ):
+        out[i] = _covered(lo, hi, [(a, b) for a, b, _ in inflight])
     return out
 
 
@@ -367,45 +387,23 @@ def estimate_loaded_overlap(
 ) -> tuple[list[float], list[int]]:
     """`estimate_overlap` with the mechanism: per compute op its overlapped seconds and
     its extra picoseconds, the integral over its span of (stretch of the collectives
-    resident at each instant - 1). The replay is the same; collectives of unknown
-    duration (no estimate) count as resident until waited."""
+    resident at each instant - 1). Collectives that hold no blocks and no HBM traffic
+    are not resident; those of unknown duration count as resident until waited."""
+
+    def footprint(info: CommInfo, k: int) -> Footprint | None:
+        fp = load(info, k)
+        return fp if fp.blocks or fp.hbm_Bps else None
+
     n = len(program.ops)
     out = [0.0] * n
     extra = [0] * n
-    clock = 0.0
-    end_of: dict[int, float] = {}
-    stream_free: dict[str, float] = {}
-    inflight: list[tuple[float, float, Footprint]] = []
-    ops = program.ops
-    for i, op in enumerate(ops):
-        k = kinds[i]
-        if k == COMPUTE:
-            d = base_ps[i] / PS_PER_S
-            lo, hi = clock, clock + d
-            if inflight:
-                inflight = [x for x in inflight if x[1] > lo]
-                if inflight:
-                    assert isinstance(op, ComputeOp)
-                    out[i], add = _loaded(op, lo, hi, inflight, stretch)
-                    extra[i] = to_ps(add)
-            clock = hi
-        elif k == WAIT:
-            assert isinstance(op, WaitOp)
-            clock = max(clock, end_of.get(op.target, clock))
-        else:
-            info = comms[i]
-            assert info is not None
-            start = max(clock, stream_free.get(op.stream, 0.0))
-            dur = comm_estimate(info, k) if comm_estimate is not None else float("inf")
-            end = start + dur
-            stream_free[op.stream] = end
-            end_of[i] = end
-            if i in serial:
-                clock = max(clock, end) if end != float("inf") else clock
-                continue
-            fp = load(info, k)
-            if fp.blocks or fp.hbm_Bps:
-                inflight.append((start, end, fp))
+    for i, lo, hi, inflight in _replay_compute(
+        program, kinds, base_ps, comms, comm_estimate, serial, footprint
+    ):
+        op = program.ops[i]
+        assert isinstance(op, ComputeOp)
+        out[i], add = _loaded(op, lo, hi, inflight, stretch)
+        extra[i] = to_ps(add)
     return out, extra
 
 
