@@ -287,6 +287,39 @@ class FsdpHooks:
         its time out of the compute stream's."""
         return self.b.compute(f"{unit}.fsdp.{what}", C.ELEMENTWISE, elems, nbytes)
 
+    def _reduce_collectives(
+        self, unit: str, n: float, rb: float, deps: tuple[int, ...], no_shard: bool
+    ) -> tuple[int, int, float]:
+        """A unit's gradient collectives: an all-reduce over the replicas where nothing is
+        sharded, else a reduce-scatter over the shard group and (HYBRID_SHARD) an
+        all-reduce of the shard over the replicas. Returns (the first collective, the
+        last, the elements each rank keeps)."""
+        if no_shard or self.shard == 1:
+            first = self.b.side_collective(
+                f"{unit}.ar_replicate",
+                K.ALL_REDUCE,
+                "replicate",
+                n * rb,
+                comm_stream("replicate"),
+                deps,
+            )
+            return first, first, n
+        first = self.b.side_collective(
+            f"{unit}.rs_shard", K.REDUCE_SCATTER, "shard", n * rb, comm_stream("shard"), deps
+        )
+        out = n / self.shard
+        if self.replicate == 1:
+            return first, first, out
+        tail = self.b.side_collective(
+            f"{unit}.ar_replicate",
+            K.ALL_REDUCE,
+            "replicate",
+            out * rb,
+            comm_stream("replicate"),
+            (first,),
+        )
+        return first, tail, out
+
     def _reduce_fsdp1(self, unit: str) -> None:
         n, rb = self.elems(unit), self.rt.reduce_bytes
         s = POST_BACKWARD_STREAM
@@ -297,30 +330,7 @@ class FsdpHooks:
         pre = predivide_factor(world)
         if pre > 1:
             deps = (self._in_order(unit, "grad_predivide", n, 2 * rb * n),)
-        if self.rt.no_shard or self.shard == 1:
-            tail = self.b.side_collective(
-                f"{unit}.ar_replicate",
-                K.ALL_REDUCE,
-                "replicate",
-                n * rb,
-                comm_stream("replicate"),
-                deps,
-            )
-            out = n
-        else:
-            tail = self.b.side_collective(
-                f"{unit}.rs_shard", K.REDUCE_SCATTER, "shard", n * rb, comm_stream("shard"), deps
-            )
-            out = n / self.shard
-            if self.replicate > 1:
-                tail = self.b.side_collective(
-                    f"{unit}.ar_replicate",
-                    K.ALL_REDUCE,
-                    "replicate",
-                    out * rb,
-                    comm_stream("replicate"),
-                    (tail,),
-                )
+        _, tail, out = self._reduce_collectives(unit, n, rb, deps, self.rt.no_shard)
         self.pending.append(tail)  # the collective (the final callback's wait names it)
         post = world // pre
         if post > 1:
@@ -338,32 +348,7 @@ class FsdpHooks:
         s = REDUCE_SCATTER_STREAM
         # in dispatch order with the compute stream (module docstring)
         deps = (self._in_order(unit, "reduce_scatter_copy_in", n, (self.db + rb) * n),)
-        if self.shard == 1:
-            tail = self.b.side_collective(
-                f"{unit}.ar_replicate",
-                K.ALL_REDUCE,
-                "replicate",
-                n * rb,
-                comm_stream("replicate"),
-                deps,
-            )
-            self.last_rs = tail
-            out = n
-        else:
-            tail = self.b.side_collective(
-                f"{unit}.rs_shard", K.REDUCE_SCATTER, "shard", n * rb, comm_stream("shard"), deps
-            )
-            self.last_rs = tail
-            out = n / self.shard
-            if self.replicate > 1:
-                tail = self.b.side_collective(
-                    f"{unit}.ar_replicate",
-                    K.ALL_REDUCE,
-                    "replicate",
-                    out * rb,
-                    comm_stream("replicate"),
-                    (tail,),
-                )
+        self.last_rs, tail, out = self._reduce_collectives(unit, n, rb, deps, False)
         self.pending.append(tail)
         if rb != FP32:
             tail = self._side(unit, "grad_to_fp32", out, (rb + FP32) * out, s, (tail,))
